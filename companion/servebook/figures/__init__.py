@@ -1,0 +1,65 @@
+"""Every figure of the book: one function per figure, named after what it shows.
+
+Figures live in topic modules (``kv``, ``quant``, ``paging``, ...).  Each module
+lists its figures in ``FIGURES``, a dict from the stable file stem written under
+``figures/`` to the function that draws it.  Functions return a
+:class:`matplotlib.figure.Figure` and take only keyword arguments with defaults,
+so ``figures.kv_growth()`` in a chapter draws exactly the file that
+``save_all()`` writes.
+
+Modules are imported on first use, so ``import servebook.figures`` stays cheap
+and a chapter pays only for the figures it shows.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Callable
+
+from matplotlib.figure import Figure
+
+from ._style import save
+
+TOPICS = ("kv", "prefill", "paging", "batching", "quant", "groupwise", "capacity", "lab")
+
+__all__ = ["TOPICS", "registry", "save", "save_all"]
+
+
+def _topic_modules():
+    for topic in TOPICS:
+        try:
+            yield importlib.import_module(f"{__name__}.{topic}")
+        except ModuleNotFoundError as err:
+            if err.name != f"{__name__}.{topic}":
+                raise
+
+
+def registry() -> dict[str, Callable[[], Figure]]:
+    """Stable file stem -> figure function, over every topic module."""
+    found: dict[str, Callable[[], Figure]] = {}
+    for module in _topic_modules():
+        for stem, function in module.FIGURES.items():
+            if stem in found:
+                raise RuntimeError(f"figure name {stem!r} is defined twice")
+            found[stem] = function
+    return found
+
+
+def save_all(directory: str | Path = "figures", formats: tuple[str, ...] = ("svg", "png")) -> list[Path]:
+    """Draw every figure and write it to ``directory/<stem>.<format>``; return the paths."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for stem, function in sorted(registry().items()):
+        fig = function()
+        for fmt in formats:
+            written.append(save(fig, directory / f"{stem}.{fmt}"))
+    return written
+
+
+def __getattr__(name: str) -> Callable[..., Figure]:
+    for module in _topic_modules():
+        if any(function.__name__ == name for function in module.FIGURES.values()):
+            return getattr(module, name)
+    raise AttributeError(f"servebook.figures has no figure function {name!r}")

@@ -1,0 +1,66 @@
+"""The book's look, and deterministic saving.
+
+Colour code kept throughout the book: weights orange, KV cache teal.  Saving
+fixes the SVG hash salt and strips dates and software versions from metadata,
+so the same code writes the same bytes on every build.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+from matplotlib.figure import Figure
+
+WEIGHTS = "#e07b1a"   # orange: model weights
+KV = "#15908a"        # teal: KV cache
+OVERHEAD = "#8c8c8c"  # grey: activations, CUDA context, reserved
+FREE = "#d9d9d9"      # light grey: unused memory
+WASTE = "#d9534f"     # red: reserved but never used
+ACCENT = "#3466b0"    # blue: a highlighted value or boundary
+MUTED = "#5f5f5f"
+SEQUENCE = ["#3466b0", "#15908a", "#e07b1a", "#8e5ea2", "#d9534f", "#6b8e23", "#b8860b", "#5f5f5f"]
+
+RC = {
+    "svg.hashsalt": "servebook",
+    "svg.fonttype": "none",      # text stays text: searchable, selectable, small
+    "font.family": "DejaVu Sans",
+    "font.size": 10,
+    "axes.titlesize": 11,
+    "axes.labelsize": 10,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "legend.frameon": False,
+    "figure.dpi": 100,
+    "savefig.dpi": 150,
+    "savefig.bbox": "standard",  # "tight" can shift by a pixel between runs
+    "path.simplify": False,
+}
+
+_METADATA = {
+    "svg": {"Date": None, "Creator": None},
+    "png": {"Software": None},
+    "pdf": {"CreationDate": None, "ModDate": None, "Producer": None, "Creator": None},
+}
+
+
+def new_figure(width: float = 7.0, height: float = 3.6, **subplots) -> tuple[Figure, object]:
+    """A figure in the book's style, not registered with pyplot (no global state, no leaks).
+
+    Returns ``(fig, axes)`` like ``plt.subplots``.
+    """
+    with matplotlib.rc_context(RC):
+        fig = Figure(figsize=(width, height), layout="constrained")
+        axes = fig.subplots(**subplots)
+    return fig, axes
+
+
+def save(fig: Figure, path: str | Path) -> Path:
+    """Write ``fig`` to ``path`` (format from the suffix) with no dates or versions in it."""
+    path = Path(path)
+    fmt = path.suffix.lstrip(".")
+    with matplotlib.rc_context(RC):
+        fig.savefig(path, format=fmt, metadata=_METADATA.get(fmt, {}))
+    return path
