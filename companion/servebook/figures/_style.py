@@ -7,6 +7,7 @@ so the same code writes the same bytes on every build.
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import matplotlib
@@ -46,21 +47,39 @@ _METADATA = {
 }
 
 
+class BookFigure(Figure):
+    """A Figure that shows itself in any notebook (Jupyter, Colab, Quarto) when a cell returns it.
+
+    It is never registered with pyplot, so it is shown once, and nothing leaks between cells.
+    """
+
+    def _render(self, fmt: str) -> bytes:
+        buffer = io.BytesIO()
+        save(self, buffer, fmt=fmt)
+        return buffer.getvalue()
+
+    def _repr_svg_(self) -> str:
+        return self._render("svg").decode("utf-8")
+
+    def _repr_png_(self) -> bytes:
+        return self._render("png")
+
+
 def new_figure(width: float = 7.0, height: float = 3.6, **subplots) -> tuple[Figure, object]:
     """A figure in the book's style, not registered with pyplot (no global state, no leaks).
 
     Returns ``(fig, axes)`` like ``plt.subplots``.
     """
     with matplotlib.rc_context(RC):
-        fig = Figure(figsize=(width, height), layout="constrained")
+        fig = BookFigure(figsize=(width, height), layout="constrained")
         axes = fig.subplots(**subplots)
     return fig, axes
 
 
-def save(fig: Figure, path: str | Path) -> Path:
-    """Write ``fig`` to ``path`` (format from the suffix) with no dates or versions in it."""
-    path = Path(path)
-    fmt = path.suffix.lstrip(".")
+def save(fig: Figure, path: str | Path | io.BytesIO, fmt: str | None = None) -> str | Path | io.BytesIO:
+    """Write ``fig`` to ``path`` (format from the suffix, or ``fmt``) with no dates or versions in it."""
+    if fmt is None:
+        fmt = Path(path).suffix.lstrip(".")
     with matplotlib.rc_context(RC):
         fig.savefig(path, format=fmt, metadata=_METADATA.get(fmt, {}))
     return path
