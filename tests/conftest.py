@@ -1,0 +1,17 @@
+from pathlib import Path
+
+import pytest
+
+from servebook import build
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def root() -> Path:
+    return ROOT
+
+
+@pytest.fixture(scope="session")
+def pages() -> list[Path]:
+    return build.book_pages(ROOT)
