@@ -2,7 +2,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servebook import memory, models
+from servebook import memory
 from servebook.models import ModelSpec
 from servebook.units import GB, GiB, MiB
 

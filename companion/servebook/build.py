@@ -128,7 +128,7 @@ def _fill_inline(notebook):
         if INLINE_TAG in cell.metadata.get("tags", []):
             text = "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("name") == "stdout")
             values = iter(json.loads(text))
-            pending.source = INLINE.sub(lambda _: next(values), pending.source)
+            pending.source = INLINE.sub(lambda _, values=values: next(values), pending.source)
             continue
         if cell.cell_type == "markdown":
             pending = cell

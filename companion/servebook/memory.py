@@ -16,8 +16,8 @@ from fractions import Fraction
 from numbers import Integral, Real
 
 from . import models
-from .units import UNITS, bytes_per_element
 from .models import ModelSpec
+from .units import UNITS, bytes_per_element
 
 K_AND_V = 2  # one key vector and one value vector per token per layer
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 
 def _positive_int(name: str, value: Any) -> int:
@@ -110,7 +111,7 @@ class ModelSpec:
 
     @classmethod
     def from_hf_config(cls, config: Mapping[str, Any] | str | os.PathLike, name: str | None = None,
-                       n_params: int | None = None) -> "ModelSpec":
+                       n_params: int | None = None) -> ModelSpec:
         """Build a spec from a Hugging Face ``config.json`` (a dict or a path).
 
         Reads the Llama/Mistral/Qwen field names and the GPT-style aliases

@@ -14,8 +14,8 @@ and a chapter pays only for the figures it shows.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from matplotlib.figure import Figure
 
