@@ -1,36 +1,145 @@
-"""Figures of the KV-cache chapter."""
+"""Figures of the KV-cache chapter: growth in S and B, the batch wall, real models, and GiB vs GB."""
 
 from __future__ import annotations
 
 import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
 
 from .. import memory, models
-from ..units import GiB
+from ..units import GB, UNITS, GiB, KiB
 from . import _style
+
+# One colour per attention variant; MHA keeps the book's KV teal.
+ATTENTION_COLOURS = {"MHA": _style.KV, "GQA": _style.ACCENT, "MQA": _style.SEQUENCE[3]}
+
+REAL_MODELS = ("llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b", "llama-3-70b",
+               "mistral-7b", "llama-3.2-1b", "qwen2.5-0.5b", "falcon-7b")
 
 
 def kv_growth(model: str = "llama-2-13b", batches: tuple[int, ...] = (1, 4, 8, 16),
-              max_seq_len: int = 4096, budget_gib: float = 40.0) -> Figure:
-    """KV-cache GiB against sequence length, one line per batch size, with a budget line."""
+              max_seq_len: int = 4096, budget_gib: int = 40) -> Figure:
+    """KV-cache GiB against sequence length, one line per batch, and where each line meets the budget."""
     spec = models.get(model)
-    seq = np.linspace(0, max_seq_len, 65)
     per_token = memory.kv_bytes_per_token(spec)
-    fig, ax = _style.new_figure()
+    budget = budget_gib * GiB
+    seq = np.linspace(0, max_seq_len, 65)
+    fig, ax = _style.new_figure(7.0, 3.8)
     with matplotlib.rc_context(_style.RC):
-        for batch, colour in zip(batches, _style.SEQUENCE):
-            ax.plot(seq, batch * seq * per_token / GiB, color=colour, label=f"batch {batch}")
+        for batch, colour in zip(batches, _style.SEQUENCE, strict=False):
+            ax.plot(seq, batch * seq * per_token / GiB, color=colour, linewidth=2)
+            end = batch * max_seq_len * per_token / GiB
+            ax.annotate(f"B = {batch}", (max_seq_len, min(end, budget_gib * 1.3)), xytext=(4, 0),
+                        textcoords="offset points", va="center", color=colour)
+            longest = memory.max_batch(budget, batch * per_token)  # tokens per request that fit
+            if longest < max_seq_len:
+                ax.plot([longest], [batch * longest * per_token / GiB], "o", color=colour)
+                ax.annotate(f"B = {batch} fills the budget\nat S = {longest:,}", (longest, budget_gib),
+                            xytext=(-8, 10), textcoords="offset points", ha="right", color=colour)
         ax.axhline(budget_gib, color=_style.WASTE, linestyle="--", linewidth=1)
-        ax.annotate(f"{budget_gib:g} GiB budget", (0, budget_gib), xytext=(4, 4),
+        ax.annotate(f"{budget_gib} GiB for the KV cache", (0, budget_gib), xytext=(4, -12),
                     textcoords="offset points", color=_style.WASTE)
-        ax.set_xlabel("sequence length S (tokens)")
+        ax.set_xlabel("sequence length S (tokens per request)")
         ax.set_ylabel("KV cache (GiB)")
-        ax.set_title(f"{spec.name}, FP16: KV cache grows linearly in S and in B")
+        ax.set_title(f"{spec.name}, FP16: KV bytes grow linearly in S and in B")
         ax.set_xlim(0, max_seq_len)
-        ax.set_ylim(0, None)
-        ax.legend(loc="upper left")
+        ax.set_ylim(0, budget_gib * 1.3)
+        ax.set_xticks(np.arange(0, max_seq_len + 1, 1024))
     return fig
 
 
-FIGURES = {"kv-growth": kv_growth}
+def kv_batch_limit(model: str = "llama-2-13b", seq_len: int = 4096, budget_gib: int = 40,
+                   max_requests: int = 14) -> Figure:
+    """KV cache of B requests for B = 1, 2, ...: bars that fit the budget in teal, the rest in red."""
+    spec = models.get(model)
+    per_request = memory.kv_cache_bytes(spec, seq_len=seq_len)
+    budget = budget_gib * GiB
+    fits = memory.max_batch(budget, per_request)
+    batches = np.arange(1, max_requests + 1)
+    totals = batches * per_request / GiB
+    fig, ax = _style.new_figure(7.0, 3.6)
+    with matplotlib.rc_context(_style.RC):
+        colours = [_style.KV if b <= fits else _style.WASTE for b in batches]
+        ax.bar(batches, totals, color=colours, width=0.75)
+        ax.axhline(budget_gib, color=_style.MUTED, linestyle="--", linewidth=1)
+        ax.annotate(f"budget {budget_gib} GiB", (0.5, budget_gib), xytext=(0, 4), textcoords="offset points",
+                    color=_style.MUTED)
+        left = (budget - fits * per_request) / GiB
+        ax.annotate(f"{fits} requests: {fits * per_request / GiB:g} GiB\n({left:g} GiB left idle)",
+                    (fits, fits * per_request / GiB), xytext=(fits - 4, budget_gib * 1.12), ha="right",
+                    color=_style.KV, arrowprops={"arrowstyle": "->", "color": _style.KV})
+        over = (fits + 1) * per_request / GiB
+        ax.annotate(f"{fits + 1} requests:\n{over:g} GiB", (fits + 1, over),
+                    xytext=(fits + 1.5, totals.max() + 0.12 * budget_gib), ha="center", color=_style.WASTE,
+                    arrowprops={"arrowstyle": "->", "color": _style.WASTE})
+        ax.set_xticks(batches)
+        ax.set_xlabel(f"batch B (requests of S = {seq_len:,} tokens)")
+        ax.set_ylabel("KV cache (GiB)")
+        ax.set_title(f"{spec.name}, FP16: {per_request / GiB:g} GiB per request, so {fits} fit in {budget_gib} GiB")
+        ax.set_ylim(0, max(totals.max(), budget_gib) * 1.3)
+        ax.grid(axis="x", visible=False)
+    return fig
+
+
+def kv_per_token(names: tuple[str, ...] = REAL_MODELS, dtype: str = "fp16") -> Figure:
+    """KV bytes per token across real models, coloured by attention variant (MHA, GQA, MQA)."""
+    specs = sorted((models.get(name) for name in names), key=lambda s: memory.kv_bytes_per_token(s, dtype))
+    per_token = [memory.kv_bytes_per_token(s, dtype) / KiB for s in specs]
+    fig, ax = _style.new_figure(7.0, 0.42 * len(specs) + 1.2)
+    with matplotlib.rc_context(_style.RC):
+        y = np.arange(len(specs))
+        ax.barh(y, per_token, color=[ATTENTION_COLOURS[s.attention] for s in specs], height=0.7)
+        for row, (spec, kib) in enumerate(zip(specs, per_token, strict=True)):
+            ax.annotate(f"{kib:g} KiB   {spec.attention}: {spec.n_kv_heads} of {spec.n_heads} heads × {spec.head_dim}",
+                        (kib, row), xytext=(4, 0), textcoords="offset points", va="center", fontsize=9)
+        ax.set_yticks(y, [s.name for s in specs])
+        ax.set_xlabel(f"KV cache per token, all layers, {dtype.upper()} (KiB)")
+        ax.set_xlim(0, max(per_token) * 1.75)
+        ax.set_title("KV bytes per token follow the KV heads, not the parameter count")
+        ax.grid(axis="y", visible=False)
+        handles = [Rectangle((0, 0), 1, 1, color=c) for c in ATTENTION_COLOURS.values()]
+        ax.legend(handles, list(ATTENTION_COLOURS), loc="lower right", title="attention")
+    return fig
+
+
+def kv_gib_vs_gb(model: str = "llama-2-13b", seq_len: int = 4096, budget: int = 40) -> Figure:
+    """The binary-decimal gap per prefix, and what it does to one budget read both ways."""
+    prefixes = [("K", "KiB", "KB"), ("M", "MiB", "MB"), ("G", "GiB", "GB"), ("T", "TiB", "TB")]
+    gaps = [100 * (UNITS[binary] / UNITS[decimal] - 1) for _, binary, decimal in prefixes]
+    per_request = memory.kv_cache_bytes(models.get(model), seq_len=seq_len)
+    budgets = {f"{budget} GiB": budget * GiB, f"{budget} GB": budget * GB}
+    fig, (left, right) = _style.new_figure(7.6, 3.6, ncols=2, width_ratios=[1, 1.15])
+    with matplotlib.rc_context(_style.RC):
+        left.bar(range(len(prefixes)), gaps, color=_style.ACCENT, width=0.6)
+        for x, gap in enumerate(gaps):
+            left.annotate(f"{gap:.1f} %", (x, gap), xytext=(0, 3), textcoords="offset points", ha="center")
+        left.set_xticks(range(len(prefixes)), [f"{b}\nvs {d}" for _, b, d in prefixes])
+        left.set_ylabel("binary unit is larger by (%)")
+        left.set_title("The gap grows with each prefix")
+        left.grid(axis="x", visible=False)
+
+        for x, size in enumerate(budgets.values()):
+            fits = memory.max_batch(size, per_request)
+            for k in range(fits):
+                right.add_patch(Rectangle((x - 0.3, k * per_request / GiB), 0.6, per_request / GiB,
+                                          facecolor=_style.KV, edgecolor="white", linewidth=1))
+            right.add_patch(Rectangle((x - 0.3, fits * per_request / GiB), 0.6, (size - fits * per_request) / GiB,
+                                      facecolor=_style.FREE, edgecolor="white", linewidth=1))
+            right.annotate(f"{fits} requests", (x, size / GiB), xytext=(0, 4), textcoords="offset points",
+                           ha="center", color=_style.KV, fontweight="bold")
+        right.set_xticks(range(len(budgets)), [f"budget\n{label}" for label in budgets])
+        right.set_xlim(-0.6, len(budgets) - 0.4)
+        right.set_ylim(0, budget * 1.12)
+        right.set_ylabel("GiB (1024³ bytes)")
+        right.set_title(f"Requests of {per_request / GiB:g} GiB in a budget of {budget}")
+        right.grid(axis="x", visible=False)
+    return fig
+
+
+FIGURES = {
+    "kv-growth": kv_growth,
+    "kv-batch-limit": kv_batch_limit,
+    "kv-per-token": kv_per_token,
+    "kv-gib-vs-gb": kv_gib_vs_gb,
+}

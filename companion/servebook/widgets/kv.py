@@ -1,0 +1,175 @@
+"""A KV-cache calculator: a model (from the registry or custom), S, B, dtype and a budget in GiB or GB.
+
+:func:`kv_calculator_text` computes everything the calculator shows; the
+widget from :func:`kv_calculator` only collects inputs and displays that text,
+so what a test checks is what a reader sees.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from fractions import Fraction
+from numbers import Real
+
+from .. import memory, models
+from ..models import ModelSpec
+from ..units import DTYPE_BYTES, UNITS, bytes_per_element, canonical_dtype
+
+CUSTOM = "custom"
+BUDGET_UNITS = ("GiB", "GB")
+
+# (binary, decimal) unit pairs, largest first: a size is shown in the largest pair it reaches.
+_UNIT_PAIRS = (("GiB", "GB"), ("MiB", "MB"), ("KiB", "KB"))
+
+
+def custom_model(n_layers: int, d_model: int, n_heads: int, n_kv_heads: int | None = None,
+                 head_dim: int | None = None) -> ModelSpec:
+    """A model from its shape alone (``n_kv_heads`` defaults to ``n_heads``: multi-head attention)."""
+    return ModelSpec(CUSTOM, n_layers=n_layers, d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads,
+                     head_dim=head_dim)
+
+
+def budget_bytes(budget: Real, unit: str = "GiB") -> int:
+    """``budget`` of ``unit`` ("GiB" or "GB") in whole bytes (a partial byte holds nothing: floor)."""
+    if unit not in BUDGET_UNITS:
+        raise ValueError(f"budget_unit must be one of {', '.join(BUDGET_UNITS)}, got {unit!r}")
+    if isinstance(budget, bool) or not isinstance(budget, Real):
+        raise TypeError(f"budget must be a number of {unit}, got {budget!r}")
+    if not math.isfinite(budget) or budget <= 0:
+        raise ValueError(f"budget must be a positive, finite number of {unit}, got {budget}")
+    # Through str, so that 69.5 means 69.5 and not the binary float nearest to it.
+    return math.floor(Fraction(str(budget)) * UNITS[unit])
+
+
+def _number(value: float) -> str:
+    # At most three decimals, and none that are trailing zeros: 800 KiB, 3.125 GiB, 3.355 GB.
+    return f"{value:,.3f}".rstrip("0").rstrip(".")
+
+
+def _plural(count, noun: str) -> str:
+    return f"{_number(float(count))} {noun}{'' if count == 1 else 's'}"
+
+
+def fmt_unit(n_bytes: int, family: str = "binary") -> str:
+    """``n_bytes`` in the largest unit of ``family`` ("binary": KiB..GiB, "decimal": KB..GB) it reaches."""
+    index = 0 if family == "binary" else 1
+    for pair in _UNIT_PAIRS:
+        if n_bytes >= UNITS[pair[index]]:
+            return f"{_number(n_bytes / UNITS[pair[index]])} {pair[index]}"
+    return f"{n_bytes:,} bytes"
+
+
+def fmt_size(n_bytes: int) -> str:
+    """``n_bytes`` exactly, then in the binary and the decimal unit of its size: both readings, always."""
+    if n_bytes < UNITS["KiB"]:
+        return f"{n_bytes:,} bytes"
+    return f"{n_bytes:,} bytes = {fmt_unit(n_bytes, 'binary')} = {fmt_unit(n_bytes, 'decimal')}"
+
+
+def kv_calculator_text(model: ModelSpec | str, seq_len: int, batch: int = 1, dtype: str = "fp16",
+                       budget: Real = 40, budget_unit: str = "GiB") -> str:
+    """Everything the KV-cache calculator shows, as plain text.
+
+    The KV bytes per token, per request and for the batch (each exactly and in
+    both unit systems), the largest batch of ``seq_len``-token requests that
+    fits ``budget`` (floor), whether ``batch`` fits, and the longest sequence
+    each of ``batch`` requests could have within the budget.
+    """
+    spec = model if isinstance(model, ModelSpec) else models.get(model)
+    dtype = canonical_dtype(dtype)
+    budget_b = budget_bytes(budget, budget_unit)
+    per_token = memory.kv_bytes_per_token(spec, dtype)
+    per_request = memory.kv_cache_bytes(spec, seq_len=seq_len, dtype=dtype)
+    total = memory.kv_cache_bytes(spec, seq_len=seq_len, batch=batch, dtype=dtype)
+    fits = memory.max_batch(budget_b, per_request)
+    family = "binary" if budget_unit == "GiB" else "decimal"
+
+    def short(n: int) -> str:
+        return fmt_unit(n, family)
+
+    lines = [
+        f"model        {spec.name}: {spec.attention}, L = {spec.n_layers} layers, "
+        f"kv_dim = {_plural(spec.n_kv_heads, 'KV head')} × {spec.head_dim} = {spec.kv_dim:,}",
+        f"dtype        {dtype}, {_plural(bytes_per_element(dtype), 'byte')} per element",
+        f"per token    {fmt_size(per_token)}",
+        f"per request  S = {seq_len:,}: {fmt_size(per_request)}",
+        f"batch        B = {batch:,}: {fmt_size(total)}",
+        f"budget       {budget:g} {budget_unit} = {fmt_size(budget_b)}",
+        f"fits         {fits:,} requests of S = {seq_len:,} "
+        f"({short(budget_b - fits * per_request)} left over; "
+        f"request {fits + 1:,} would overflow it by {short((fits + 1) * per_request - budget_b)})",
+    ]
+    if total <= budget_b:
+        lines.append(f"your batch   B = {batch:,} fits, with {short(budget_b - total)} to spare")
+    else:
+        lines.append(f"your batch   B = {batch:,} does NOT fit: {short(total - budget_b)} over the budget")
+    longest = memory.max_batch(budget_b, batch * per_token)
+    lines.append(f"longest S    {longest:,} tokens per request for B = {batch:,} within the budget")
+    if spec.max_seq_len is not None and seq_len > spec.max_seq_len:
+        lines.append(f"note         S = {seq_len:,} is beyond {spec.name}'s context window "
+                     f"({spec.max_seq_len:,} tokens)")
+    return "\n".join(lines)
+
+
+def kv_calculator(model: str = "llama-2-13b", seq_len: int = 4096, batch: int = 1, dtype: str = "fp16",
+                  budget: float = 40.0, budget_unit: str = "GiB"):
+    """The interactive calculator (ipywidgets): pick a model or type a shape, see the KV bytes and what fits.
+
+    Picking a registry model fills in its shape; picking "custom" lets you type
+    layers, d_model, heads and KV heads.  Bad input shows its error message
+    instead of a number.
+    """
+    import ipywidgets as w
+
+    choices = [*models.names(), CUSTOM]
+    if model not in choices:
+        raise ValueError(f"model must be one of {', '.join(choices)}, got {model!r}")
+    style = {"description_width": "110px"}
+    model_box = w.Dropdown(options=choices, value=model, description="model", style=style)
+    shape = {
+        "n_layers": w.BoundedIntText(min=1, max=10_000, description="layers L", style=style),
+        "d_model": w.BoundedIntText(min=1, max=10**6, description="d_model", style=style),
+        "n_heads": w.BoundedIntText(min=1, max=10_000, description="heads", style=style),
+        "n_kv_heads": w.BoundedIntText(min=1, max=10_000, description="KV heads", style=style),
+    }
+    seq_box = w.BoundedIntText(value=seq_len, min=1, max=10**8, description="seq len S", style=style)
+    batch_box = w.BoundedIntText(value=batch, min=1, max=10**6, description="batch B", style=style)
+    dtype_box = w.Dropdown(options=list(DTYPE_BYTES), value=canonical_dtype(dtype), description="dtype", style=style)
+    budget_box = w.BoundedFloatText(value=budget, min=0.001, max=10**6, description="budget", style=style)
+    unit_box = w.ToggleButtons(options=list(BUDGET_UNITS), value=budget_unit, description="unit", style=style)
+    out = w.HTML()
+
+    def fill_shape(name: str) -> None:
+        custom = name == CUSTOM
+        if not custom:
+            spec = models.get(name)
+            for field, box in shape.items():
+                box.value = getattr(spec, field)
+        for box in shape.values():
+            box.disabled = not custom
+
+    def refresh(*_) -> None:
+        try:
+            if model_box.value == CUSTOM:
+                spec = custom_model(**{field: box.value for field, box in shape.items()})
+            else:
+                spec = models.get(model_box.value)
+            text = kv_calculator_text(spec, seq_len=seq_box.value, batch=batch_box.value, dtype=dtype_box.value,
+                                      budget=budget_box.value, budget_unit=unit_box.value)
+        except (ValueError, TypeError) as error:
+            text = f"cannot compute: {error}"
+        out.value = f"<pre>{html.escape(text)}</pre>"
+
+    def on_model(change) -> None:
+        fill_shape(change["new"])
+        refresh()
+
+    fill_shape(model)
+    model_box.observe(on_model, names="value")
+    for box in (*shape.values(), seq_box, batch_box, dtype_box, budget_box, unit_box):
+        box.observe(refresh, names="value")
+    refresh()
+    inputs = w.HBox([w.VBox([model_box, *shape.values()]),
+                     w.VBox([seq_box, batch_box, dtype_box, budget_box, unit_box])])
+    return w.VBox([inputs, out])
