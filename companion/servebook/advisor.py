@@ -1,0 +1,377 @@
+"""Choosing the lever: which wall a workload hits, and what each technique buys against it.
+
+Give a model, a GPU and a :class:`Workload`; :func:`advise` answers in two steps,
+the way chapter 08 teaches:
+
+1. **Which wall?**  Memory capacity first (does the batch fit, and which bucket,
+   weights or KV cache, fills the GPU; how much of each KV reservation is never
+   used), then time (which phase, prefill or decode, takes the time at the batch
+   asked for, and whether it is compute- or memory-bound on the roofline).
+2. **Which lever?**  Each of PagedAttention, continuous batching, W4A16 and W8A8
+   is applied alone to the baseline server, and the workload is served again
+   on paper: requests that fit at once, generated tokens per second, and mean
+   latency per request.  The levers are ranked by the workload's goal.
+
+How a workload is served on paper: requests run in *waves* of as many as fit
+at once (the rest wait for the next wave).  A wave is one prefill step of all
+its prompts, then one decode step per further output token; each step takes
+its roofline time (:mod:`servebook.roofline`), a lower bound.  A static batch
+runs until its longest output is done; continuous batching refills a finished
+request's slot at once, modelled as every request taking its mean output length.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from numbers import Integral, Real
+
+from . import memory, paging, roofline
+from .models import ModelSpec
+from .units import GiB, MiB
+
+GOALS = ("throughput", "latency")
+BATCHING = ("static", "continuous")
+LEVERS = ("PagedAttention", "continuous batching", "W4A16", "W8A8")
+
+
+def _whole(name: str, value, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise TypeError(f"{name} must be a whole number (int), got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What the service must do, and how the baseline server does it.
+
+    prompt_len, output_len: tokens in and out per request (means).
+    batch: requests the service wants in flight together; ``None`` = as many as fit.
+    max_len: KV slots the server reserves per request up front (a naive, contiguous
+        allocator); ``None`` = the server already allocates paged blocks.
+    goal: ``"throughput"`` (generated tokens/s) or ``"latency"`` (mean time per request).
+    output_len_max: the longest output in a batch; a static batch runs until it is
+        done.  ``None`` = every output has ``output_len`` tokens.
+    batching: ``"static"`` or ``"continuous"`` (the baseline server's).
+    weights: ``"W16A16"``, ``"W8A8"`` or ``"W4A16"`` (the baseline server's).
+    kv_dtype: the KV cache's dtype.  overhead: bytes reserved for activations,
+        CUDA context and fragmentation.  block_size: tokens per KV block when paged.
+    """
+
+    prompt_len: int
+    output_len: int
+    batch: int | None = None
+    max_len: int | None = None
+    goal: str = "throughput"
+    output_len_max: int | None = None
+    batching: str = "static"
+    weights: str = "W16A16"
+    kv_dtype: str = "fp16"
+    overhead: int = 4 * GiB
+    block_size: int = 16
+
+    def __post_init__(self) -> None:
+        _whole("prompt_len", self.prompt_len, 1)
+        _whole("output_len", self.output_len, 1)
+        if self.batch is not None:
+            _whole("batch", self.batch, 1)
+        if self.output_len_max is not None:
+            _whole("output_len_max", self.output_len_max, self.output_len)
+        if self.max_len is not None:
+            _whole("max_len", self.max_len, 1)
+            longest = self.prompt_len + (self.output_len_max or self.output_len)
+            if longest > self.max_len:
+                raise ValueError(f"max_len ({self.max_len}) is shorter than a request "
+                                 f"(prompt {self.prompt_len} + output {longest - self.prompt_len} tokens)")
+        if self.goal not in GOALS:
+            raise ValueError(f"goal must be one of {', '.join(GOALS)}, got {self.goal!r}")
+        if self.batching not in BATCHING:
+            raise ValueError(f"batching must be one of {', '.join(BATCHING)}, got {self.batching!r}")
+        roofline.scheme(self.weights)
+        memory.kv_bytes_per_token("llama-2-7b", self.kv_dtype)  # validates the dtype name
+        if isinstance(self.overhead, bool) or not isinstance(self.overhead, Real):
+            raise TypeError(f"overhead must be a number of bytes, got {self.overhead!r}")
+        if not math.isfinite(self.overhead) or self.overhead < 0 or self.overhead != int(self.overhead):
+            raise ValueError(f"overhead must be a whole number of bytes >= 0, got {self.overhead!r}")
+        object.__setattr__(self, "overhead", int(self.overhead))
+        _whole("block_size", self.block_size, 1)
+
+    @property
+    def tokens(self) -> int:
+        """Tokens one request leaves in the KV cache (mean): prompt + output."""
+        return self.prompt_len + self.output_len
+
+    @property
+    def paged(self) -> bool:
+        return self.max_len is None
+
+
+@dataclass(frozen=True)
+class Served:
+    """One server configuration serving the workload, on paper."""
+
+    label: str
+    change: str              # what the lever changes, in words
+    weights: int             # bytes of weights
+    kv_pool: int             # bytes left for the KV cache (negative: the weights do not fit)
+    reserved_per_request: int
+    used_per_request: int
+    fits: int                # requests whose KV cache fits at once
+    requests: int            # requests served
+    wave: int                # requests per wave
+    prefill_s: float         # one full wave's prefill step
+    decode_s: float          # one full wave's decode steps
+    makespan_s: float        # all waves
+    mean_latency_s: float
+    throughput: float        # generated tokens per second
+    prefill_bound: str
+    decode_bound: str
+
+    @property
+    def fit_fraction(self) -> float:
+        return min(self.fits, self.requests) / self.requests if self.requests else 0.0
+
+
+@dataclass(frozen=True)
+class LeverResult:
+    """What one lever buys over the baseline."""
+
+    lever: str
+    served: Served
+    throughput_gain: float   # x baseline generated tokens/s
+    latency_gain: float      # baseline mean latency / this mean latency (> 1 is faster)
+    fits_gain: float         # x requests that fit at once
+    note: str
+
+    def gain(self, goal: str) -> float:
+        return self.throughput_gain if goal == "throughput" else self.latency_gain
+
+
+@dataclass(frozen=True)
+class Advice:
+    """The diagnosis of a workload and the ranking of the levers, with the numbers behind both."""
+
+    model: str
+    gpu: str
+    workload: Workload
+    baseline: Served
+    ranking: tuple[LeverResult, ...]
+    dominant: str                 # the wall, in one line
+    diagnosis: tuple[str, ...]    # the wall's numbers: memory first, then time
+    numbers: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def best(self) -> LeverResult:
+        return self.ranking[0]
+
+    def lever(self, name: str) -> LeverResult:
+        for result in self.ranking:
+            if result.lever == name:
+                return result
+        raise ValueError(f"unknown lever {name!r}; levers: {', '.join(LEVERS)}")
+
+    def rows(self) -> list[dict[str, object]]:
+        """The ranking as table rows (baseline first), for display."""
+        goal = self.workload.goal
+
+        def row(rank, name, s: Served, gain, note):
+            return {"rank": rank, "lever": name, "fits at once": s.fits,
+                    "weights (GiB)": round(s.weights / GiB, 1),
+                    "KV/request (MiB)": round(s.reserved_per_request / MiB, 1),
+                    "tokens/s": round(s.throughput), "mean latency (s)": round(s.mean_latency_s, 2),
+                    f"x {goal}": round(gain, 2), "what it buys": note}
+
+        rows = [row("", "baseline", self.baseline, 1.0, self.baseline.change)]
+        rows += [row(i, r.lever, r.served, r.gain(goal), r.note) for i, r in enumerate(self.ranking, 1)]
+        return rows
+
+    def table(self) -> str:
+        """A plain-text table of the ranking (fixed-width columns)."""
+        rows = self.rows()
+        keys = list(rows[0])
+        cells = [[str(r[k]) for k in keys] for r in rows]
+        widths = [max(len(k), *(len(c[i]) for c in cells)) for i, k in enumerate(keys)]
+        # The last column (a sentence) is left unpadded so the table stays readable when it wraps.
+        def line(values):
+            padded = [v.ljust(w) for v, w in zip(values[:-1], widths[:-1], strict=True)]
+            return "  ".join([*padded, values[-1]])
+        return "\n".join([line(keys), line(["-" * w for w in widths])] + [line(c) for c in cells])
+
+    def __str__(self) -> str:
+        w = self.workload
+        head = (f"{self.model} on {self.gpu}: prompt {w.prompt_len}, output {w.output_len}, "
+                f"batch {w.batch if w.batch is not None else 'as many as fit'}, "
+                f"{'paged' if w.paged else f'reserve {w.max_len}'}, {w.batching} batching, {w.weights}, "
+                f"goal: {w.goal}")
+        return "\n".join([head, f"Dominant wall: {self.dominant}", *(f"  - {d}" for d in self.diagnosis),
+                          "", self.table()])
+
+
+# ---------------------------------------------------------------------------
+# Serving a workload on paper.
+
+
+def _serve(spec: ModelSpec, device: roofline.GPU, w: Workload, label: str, change: str) -> Served:
+    recipe = roofline.scheme(w.weights)
+    weights = recipe.weight_bytes(spec.n_params)
+    kv_pool = device.memory - weights - w.overhead
+    slots = paging.paged_slots(w.tokens, w.block_size) if w.paged else w.max_len
+    reserved = memory.kv_cache_bytes(spec, seq_len=slots, dtype=w.kv_dtype)
+    used = memory.kv_cache_bytes(spec, seq_len=w.tokens, dtype=w.kv_dtype)
+    fits = 0 if kv_pool < 0 else memory.capacity_plan(device.memory, weights, reserved, w.overhead).requests
+    requests = w.batch if w.batch is not None else fits
+    decode_steps = (w.output_len if w.batching == "continuous" else (w.output_len_max or w.output_len)) - 1
+
+    def wave_time(b: int) -> tuple[float, float, str, str]:
+        pre = roofline.bound(roofline.prefill_step(spec, b, w.prompt_len, recipe, w.kv_dtype), device)
+        dec = roofline.decode_time(spec, device, b, w.prompt_len, decode_steps, recipe, w.kv_dtype)
+        mid = roofline.bound(roofline.decode_step(spec, b, w.prompt_len + decode_steps // 2, recipe, w.kv_dtype),
+                             device)
+        return pre.time, dec, pre.bound, mid.bound
+
+    if fits == 0 or requests == 0:
+        nan = float("nan")
+        return Served(label, change, weights, kv_pool, reserved, used, fits, requests, 0, nan, nan,
+                      math.inf, math.inf, 0.0, "-", "-")
+    wave = min(fits, requests)
+    full, rest = divmod(requests, wave)
+    prefill_s, decode_s, prefill_bound, decode_bound = wave_time(wave)
+    wave_s = prefill_s + decode_s
+    # Waves run one after another; a request finishes with its wave.
+    finish = [wave_s * (k + 1) for k in range(full)]
+    latency_sum = wave * sum(finish)
+    makespan = wave_s * full
+    if rest:
+        p, d, _, _ = wave_time(rest)
+        makespan += p + d
+        latency_sum += rest * makespan
+    return Served(label, change, weights, kv_pool, reserved, used, fits, requests, wave, prefill_s, decode_s,
+                  makespan, latency_sum / requests, requests * w.output_len / makespan, prefill_bound, decode_bound)
+
+
+def _ratio(new: float, old: float) -> float:
+    if old == 0:
+        return math.inf if new > 0 else 1.0
+    if math.isinf(old):
+        return 1.0 if math.isinf(new) else math.inf
+    return new / old
+
+
+def _lever_workload(w: Workload, lever: str) -> tuple[Workload, str]:
+    """The workload served with one lever pulled, and what that changes."""
+    if lever == "PagedAttention":
+        if w.paged:
+            return w, "already paged"
+        return replace(w, max_len=None), f"reserve blocks of {w.block_size} instead of {w.max_len} slots"
+    if lever == "continuous batching":
+        if w.batching == "continuous":
+            return w, "already continuous"
+        return replace(w, batching="continuous"), "refill a finished request's slot at once"
+    if w.weights == lever:
+        return w, f"already {lever}"
+    return replace(w, weights=lever), f"weights {w.weights} -> {lever}"
+
+
+def _note(lever: str, base: Served, new: Served, w: Workload) -> str:
+    if lever == "PagedAttention":
+        return (f"KV per request {base.reserved_per_request / MiB:,.0f} -> {new.reserved_per_request / MiB:,.0f} MiB;"
+                f" fits {base.fits} -> {new.fits}")
+    if lever == "continuous batching":
+        if w.batching == "continuous":
+            return "already on"
+        if not w.output_len_max or w.output_len_max == w.output_len:
+            return "outputs all the same length: no idle slots to reclaim"
+        return f"static batches idle {1 - w.output_len / w.output_len_max:.0%} of decode slots; reclaims them"
+    if new.fits == 0:
+        return f"weights {base.weights / GiB:,.1f} -> {new.weights / GiB:,.1f} GiB: still no room for one request"
+    text = f"weights {base.weights / GiB:,.1f} -> {new.weights / GiB:,.1f} GiB, fits {base.fits} -> {new.fits}"
+    if base.fits == 0:
+        return text
+    # Per request (a wave's time shared by its requests): what throughput depends on.
+    prefill_x = _ratio(base.prefill_s / base.wave, new.prefill_s / new.wave)
+    decode_x = _ratio(base.decode_s / base.wave, new.decode_s / new.wave)
+    return text + f"; per request: prefill x{prefill_x:,.2f}, decode x{decode_x:,.2f} faster"
+
+
+def advise(model: ModelSpec | str, gpu: roofline.GPU | str, workload: Workload) -> Advice:
+    """Diagnose ``workload`` on ``model`` + ``gpu`` and rank the four levers by the workload's goal."""
+    spec = roofline._model(model)
+    device = roofline.gpu(gpu)
+    if not isinstance(workload, Workload):
+        raise TypeError(f"workload must be a Workload, got {type(workload).__name__}")
+    if workload.overhead >= device.memory:
+        raise ValueError(f"overhead ({workload.overhead / GiB:,.2f} GiB) is not smaller than the GPU's memory "
+                         f"({device.memory / GiB:,.2f} GiB on {device.name})")
+    base = _serve(spec, device, workload, "baseline",
+                  f"{workload.weights}, {'paged' if workload.paged else f'reserve {workload.max_len}'}, "
+                  f"{workload.batching} batching")
+
+    results = []
+    for lever in LEVERS:
+        changed, change = _lever_workload(workload, lever)
+        served = _serve(spec, device, changed, lever, change)
+        results.append(LeverResult(
+            lever=lever, served=served,
+            throughput_gain=_ratio(served.throughput, base.throughput),
+            latency_gain=_ratio(base.mean_latency_s, served.mean_latency_s),
+            fits_gain=_ratio(served.fits, base.fits),
+            note=_note(lever, base, served, workload)))
+    # Rank on the goal's own metric, not on the ratio: the ratio is infinite for every lever when
+    # the baseline serves nothing at all, and the metric still tells those levers apart.
+    if workload.goal == "throughput":
+        ranking = sorted(results, key=lambda r: (r.served.throughput, r.served.fits), reverse=True)
+    else:
+        ranking = sorted(results, key=lambda r: (-r.served.mean_latency_s, r.served.fits), reverse=True)
+    ranking = tuple(ranking)
+
+    dominant, diagnosis, numbers = _diagnose(spec, device, workload, base)
+    return Advice(model=spec.name, gpu=device.name, workload=workload, baseline=base, ranking=ranking,
+                  dominant=dominant, diagnosis=diagnosis, numbers=numbers)
+
+
+def _diagnose(spec: ModelSpec, device: roofline.GPU, w: Workload, base: Served):
+    """Memory wall first, then time wall: the numbers and the one-line verdict."""
+    weights_share = base.weights / device.memory
+    waste = 1 - base.used_per_request / base.reserved_per_request
+    requested = w.batch if w.batch is not None else max(base.fits, 1)
+    memory_line = (f"memory: weights {base.weights / GiB:,.1f} GiB ({weights_share:.0%} of "
+                   f"{device.memory / GiB:,.1f} GiB) + overhead {w.overhead / GiB:,.1f} GiB "
+                   f"leave a KV pool of {base.kv_pool / GiB:,.1f} GiB; "
+                   f"each request reserves {base.reserved_per_request / MiB:,.0f} MiB and uses "
+                   f"{base.used_per_request / MiB:,.0f} MiB ({waste:.0%} empty): {base.fits} fit at once"
+                   + (f", {requested} asked for" if w.batch is not None else ""))
+
+    # Time at the batch the workload asks for, as if it fitted: which phase, which roof.
+    recipe = roofline.scheme(w.weights)
+    steps = (w.output_len if w.batching == "continuous" else (w.output_len_max or w.output_len)) - 1
+    pre = roofline.bound(roofline.prefill_step(spec, requested, w.prompt_len, recipe, w.kv_dtype), device)
+    dec_s = roofline.decode_time(spec, device, requested, w.prompt_len, steps, recipe, w.kv_dtype)
+    mid = roofline.bound(roofline.decode_step(spec, requested, w.prompt_len + steps // 2, recipe, w.kv_dtype), device)
+    total = pre.time + dec_s
+    prefill_share = pre.time / total
+    time_line = (f"time at batch {requested}: prefill {pre.time:,.3g} s ({prefill_share:.0%}, {pre.bound}-bound: "
+                 f"{pre.step.intensity:,.0f} FLOP/B vs ridge {pre.ridge:,.0f}), decode {dec_s:,.3g} s "
+                 f"({1 - prefill_share:.0%}, {mid.bound}-bound: {mid.step.intensity:,.1f} FLOP/B mid-way)")
+
+    if base.fits < requested:
+        if base.kv_pool < 0 or weights_share >= 0.5:
+            dominant = (f"memory capacity: the weights ({weights_share:.0%} of the GPU) leave room for "
+                        f"{base.fits} of {requested} requests")
+        elif waste >= 0.5:
+            dominant = (f"memory capacity: the KV cache, {waste:.0%} of each reservation empty; "
+                        f"{base.fits} of {requested} requests fit")
+        else:
+            dominant = f"memory capacity: the KV cache itself; {base.fits} of {requested} requests fit"
+    elif prefill_share >= 0.5:
+        dominant = f"prefill, {pre.bound}-bound ({prefill_share:.0%} of the time)"
+    else:
+        dominant = f"decode, {mid.bound}-bound ({1 - prefill_share:.0%} of the time)"
+    numbers = {
+        "weights_bytes": base.weights, "kv_pool_bytes": base.kv_pool, "fits": base.fits,
+        "requested": requested, "weights_share": weights_share, "reservation_waste": waste,
+        "prefill_share": prefill_share, "prefill_intensity": pre.step.intensity, "prefill_ridge": pre.ridge,
+        "decode_intensity": mid.step.intensity, "decode_ridge": mid.ridge,
+    }
+    return dominant, (memory_line, time_line), numbers
