@@ -269,8 +269,8 @@ def choose_qparams_affine(min_val, max_val, bits: int, mapping: Mapping | str = 
     range that does not contain 0 clips ``z`` and every value beyond the clipped grid saturates.
 
     Scalars in the exact path (Fraction, Decimal, int, decimal str) give ``(Fraction, int)``;
-    floats give ``(float, int)``; numpy arrays give float arrays and int32 arrays; torch
-    tensors give tensors of the same dtype and ``torch.int32``.
+    Python floats give ``(float, int)``; numpy arrays and scalars give arrays (scalars) of their
+    float dtype and ``int32``; torch tensors give tensors of the same dtype and ``torch.int32``.
     """
     mapping = _check_enum(mapping, Mapping, "mapping")
     rounding = _check_enum(rounding, Rounding, "rounding")
@@ -287,15 +287,16 @@ def choose_qparams_affine(min_val, max_val, bits: int, mapping: Mapping | str = 
     if _is_tensor(min_val) or _is_tensor(max_val):
         return _choose_torch(min_val, max_val, qmin, qmax, mapping, eps_value, rounding, include_zero,
                              exact_constant)
-    scalar = np.ndim(min_val) == 0 and np.ndim(max_val) == 0 and not isinstance(min_val, np.ndarray)
+    python_scalars = type(min_val) in (float, int) and type(max_val) in (float, int)
     lo = _as_float_array(min_val, "min_val")
     hi = _as_float_array(max_val, "max_val")
     dtype = np.result_type(lo.dtype, hi.dtype)
     scale, zero_point = _choose_arrays(np, lo.astype(dtype), hi.astype(dtype), qmin, qmax, mapping, eps_value,
                                        rounding, include_zero, exact_constant)
-    if scalar:
+    if python_scalars:
         return float(scale), int(zero_point)
-    return scale, zero_point.astype(np.int32)
+    # numpy in, numpy out: 0-d ranges give numpy scalars that keep the dtype (np.float32 stays float32)
+    return np.asarray(scale, dtype=dtype)[()], np.asarray(zero_point).astype(np.int32)[()]
 
 
 def _check_range(lo, hi, finite, ordered):
@@ -367,47 +368,26 @@ def _choose_torch(min_val, max_val, qmin, qmax, mapping, eps, rounding, include_
 
 # --------------------------------------------------------------------------- applying them
 
+# Elements per block of the float kernels: a block of float32 (256 KiB) and its scratch stay in
+# the L2 cache across the five or six passes (multiply, round, shift, clip, ...), so the big
+# tensor is read once and written once instead of once per pass.
+_BLOCK_ELEMENTS = 1 << 16
+
 
 def _code_dtype(qmin, qmax, torch_backend=False):
+    """The smallest integer dtype holding [qmin, qmax] (torch lacks full uint16 support: int32 there)."""
     if torch_backend:
         torch = _torch()
-        for dtype in (torch.uint8, torch.int8, torch.int16, torch.int32):
-            info = torch.iinfo(dtype)
-            if info.min <= qmin and qmax <= info.max:
-                return dtype
-        return torch.int64
-    for dtype in (np.uint8, np.int8, np.uint16, np.int16, np.int32):
-        info = np.iinfo(dtype)
-        if info.min <= qmin and qmax <= info.max:
-            return dtype
-    return np.int64
-
-
-def quantize_affine(x, scale, zero_point, qmin: int, qmax: int, rounding: Rounding | str = Rounding.HALF_UP):
-    """Integer codes ``q = clip(round(x / s) + z, qmin, qmax)``; ``scale``/``zero_point`` broadcast against ``x``.
-
-    Saturates, never wraps.  Exact scalars give an ``int``; floats give an ``int``; numpy arrays and
-    torch tensors give the smallest integer dtype that holds ``[qmin, qmax]``.
-    """
-    qmin, qmax = _check_qrange(qmin, qmax)
-    rnd = _rounder(rounding)
-    if _is_exact(x) and _is_exact(scale):
-        r, s = _to_fraction(x, "x"), _to_fraction(scale, "scale")
-        z = _check_zero_point_scalar(zero_point)
-        _check_positive_scale_scalar(s)
-        return min(max(rnd(r / s) + z, qmin), qmax)
-    codes = _snap(x, scale, zero_point, qmin, qmax, rnd)
-    if isinstance(codes, np.ndarray) and codes.ndim == 0 and np.ndim(x) == 0 and not isinstance(x, np.ndarray):
-        return int(codes)
-    if _is_tensor(codes):
-        return codes.to(_code_dtype(qmin, qmax, torch_backend=True))
-    return codes.astype(_code_dtype(qmin, qmax))
+        candidates = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+        return next(d for d in candidates if torch.iinfo(d).min <= qmin and qmax <= torch.iinfo(d).max)
+    candidates = (np.uint8, np.int8, np.uint16, np.int16, np.int32, np.int64)
+    return next(d for d in candidates if np.iinfo(d).min <= qmin and qmax <= np.iinfo(d).max)
 
 
 def _check_zero_point_scalar(zero_point):
+    if isinstance(zero_point, Fraction) and zero_point.denominator == 1:
+        return int(zero_point)
     if isinstance(zero_point, (bool, np.bool_)) or not isinstance(zero_point, numbers.Integral):
-        if isinstance(zero_point, Fraction) and zero_point.denominator == 1:
-            return int(zero_point)
         raise TypeError(f"zero_point must be an int, got {type(zero_point).__name__}")
     return int(zero_point)
 
@@ -417,47 +397,182 @@ def _check_positive_scale_scalar(s):
         raise ValueError(f"scale must be positive, got {s} (a zero scale divides by zero: floor it with eps)")
 
 
+def _broadcastable(param, shape, name):
+    """``param`` with ``len(shape)`` dims (ones prepended), checked to broadcast to ``shape`` without growing it."""
+    param_shape = _shape(param)
+    if len(param_shape) > len(shape):
+        raise ValueError(f"{name} of shape {param_shape} has more dimensions than x of shape {shape}")
+    padded = (1,) * (len(shape) - len(param_shape)) + param_shape
+    if any(p not in (1, s) for p, s in zip(padded, shape, strict=True)):
+        raise ValueError(f"{name} of shape {param_shape} does not broadcast against x of shape {shape}")
+    return param.reshape(padded)
+
+
 def _float_params(x, scale, zero_point):
-    """``scale``, ``1 / scale`` and ``zero_point`` as arrays of ``x``'s kind and dtype, checked."""
+    """``scale``, ``1 / scale`` and ``zero_point`` in ``x``'s kind, dtype and rank, checked."""
     if _is_tensor(x):
         torch = _torch()
-        scale = torch.as_tensor(scale if not isinstance(scale, Fraction) else float(scale), device=x.device)
-        scale = scale.to(x.dtype)
+        scale = torch.as_tensor(float(scale) if isinstance(scale, (Fraction, Decimal, str)) else scale,
+                                device=x.device).to(x.dtype)
         zero_point = torch.as_tensor(zero_point, device=x.device)
-        ok = bool(torch.isfinite(scale).all()) and bool((scale > 0).all())
         if zero_point.is_floating_point() and not bool((zero_point == torch.round(zero_point)).all()):
             raise ValueError("zero_point must hold integers")
+        if zero_point.dtype == torch.bool or zero_point.is_complex():
+            raise TypeError(f"zero_point must hold integers, got {zero_point.dtype}")
         zero_point = zero_point.to(x.dtype)
+        ok = bool(torch.isfinite(scale).all()) and bool((scale > 0).all())
         inv_scale = 1.0 / scale
     else:
-        scale = np.asarray(_float_scalar(scale, "scale") if _is_exact(scale) or isinstance(scale, float) else scale)
+        scale = np.asarray(_float_scalar(scale, "scale") if isinstance(scale, (Fraction, Decimal, str)) else scale)
         if scale.dtype.kind not in "fiu":
             raise TypeError(f"scale must hold real numbers, got dtype {scale.dtype}")
-        scale = scale.astype(x.dtype, copy=False)
         zero_point = np.asarray(zero_point)
-        if zero_point.dtype.kind == "f" and not bool((zero_point == np.rint(zero_point)).all()):
-            raise ValueError("zero_point must hold integers")
         if zero_point.dtype.kind not in "fiu":
             raise TypeError(f"zero_point must hold integers, got dtype {zero_point.dtype}")
+        if zero_point.dtype.kind == "f" and not bool((zero_point == np.rint(zero_point)).all()):
+            raise ValueError("zero_point must hold integers")
+        scale = scale.astype(x.dtype, copy=False)
         zero_point = zero_point.astype(x.dtype)
         ok = bool(np.isfinite(scale).all()) and bool((scale > 0).all())
         inv_scale = np.divide(1, scale, dtype=x.dtype)
     if not ok:
         raise ValueError("scale must be positive and finite (a zero scale divides by zero: floor it with eps)")
-    return scale, inv_scale, zero_point
+    shape = tuple(x.shape)
+    return (_broadcastable(scale, shape, "scale"), _broadcastable(inv_scale, shape, "scale"),
+            _broadcastable(zero_point, shape, "zero_point"))
 
 
-def _snap(x, scale, zero_point, qmin, qmax, rnd):
-    """Codes as floats: ``clip(round(x * (1/s)) + z, qmin, qmax)``, torch's arithmetic."""
-    x = _as_float_array(x, "x")
-    if not _all_finite(x):
-        raise ValueError("x must be finite: it holds NaN or inf")
-    _, inv_scale, zero_point = _float_params(x, scale, zero_point)
-    v = rnd(x * inv_scale)
-    v += zero_point
+def _round_inplace(v, rounding, scratch=None):
+    """Round ``v`` in place (numpy array or tensor); ``scratch`` is a buffer shaped like ``v``."""
     if _is_tensor(v):
-        return v.clamp_(qmin, qmax)
-    return np.clip(v, qmin, qmax, out=v if isinstance(v, np.ndarray) else None)
+        if rounding is Rounding.HALF_EVEN:
+            return v.round_()
+        down = _torch().floor(v)
+        v.sub_(down).ge_(0.5)          # v is now 1.0 where frac(v) >= 1/2, else 0.0
+        return v.add_(down)
+    if rounding is Rounding.HALF_EVEN:
+        return np.rint(v, out=v)
+    down = np.floor(v, out=scratch)
+    np.subtract(v, down, out=v)
+    np.greater_equal(v, 0.5, out=v, casting="unsafe")
+    return np.add(v, down, out=v)
+
+
+def _rows(param, rows):
+    return param if param.shape[0] == 1 else param[rows]
+
+
+def _block_rows(x):
+    row_elements = int(np.prod(x.shape[1:], dtype=np.int64)) if x.ndim > 1 else 1
+    return max(1, _BLOCK_ELEMENTS // max(row_elements, 1))
+
+
+def _check_finite_block(block):
+    if not np.isfinite(block).all():
+        raise ValueError("x must be finite: it holds NaN or inf")
+
+
+def _affine_numpy(x, scale, inv_scale, zero_point, qmin, qmax, rounding, out):
+    """Fill ``out`` with codes (integer ``out``) or snapped values (float ``out``), block by block."""
+    if x.ndim == 0 or not x.flags.c_contiguous:
+        x = np.ascontiguousarray(x)
+    fake = out.dtype == x.dtype
+    step = _block_rows(x) if x.ndim else 1
+    x_blocks = x.reshape((1,) + x.shape) if x.ndim == 0 else x
+    out_blocks = out.reshape((1,) + out.shape) if out.ndim == 0 else out
+    params = [p.reshape((1,) + p.shape) if p.ndim == 0 else p for p in (scale, inv_scale, zero_point)]
+    scale, inv_scale, zero_point = params
+    buffer = np.empty((min(step, x_blocks.shape[0]),) + x_blocks.shape[1:], dtype=x.dtype)
+    scratch = np.empty_like(buffer) if rounding is Rounding.HALF_UP else None
+    for start in range(0, x_blocks.shape[0], step):
+        rows = slice(start, start + step)
+        xb = x_blocks[rows]
+        v = out_blocks[rows] if fake else buffer[:len(xb)]
+        np.multiply(xb, _rows(inv_scale, rows), out=v)
+        _check_finite_block(xb)
+        _round_inplace(v, rounding, None if scratch is None else scratch[:len(xb)])
+        z = _rows(zero_point, rows)
+        v += z
+        np.clip(v, qmin, qmax, out=v)
+        if fake:
+            v -= z
+            v *= _rows(scale, rows)
+        else:
+            out_blocks[rows] = v
+    return out
+
+
+def _empty_like(x, dtype=None):
+    """An empty tensor like ``x``.  On the CPU it is backed by numpy, whose large allocations ask
+    the kernel for huge pages: first-touch page faults then cost a fraction of torch's own."""
+    torch = _torch()
+    dtype = x.dtype if dtype is None else dtype
+    if x.device.type == "cpu":
+        try:
+            np_dtype = torch.empty((), dtype=dtype).numpy().dtype
+            return torch.from_numpy(np.empty(tuple(x.shape), dtype=np_dtype))
+        except (TypeError, RuntimeError):
+            pass
+    return torch.empty(x.shape, dtype=dtype, device=x.device)
+
+
+def _affine_torch(x, scale, inv_scale, zero_point, qmin, qmax, rounding, fake):
+    torch = _torch()
+    low, high = torch.aminmax(x) if x.numel() else (torch.zeros(()), torch.zeros(()))
+    if not (bool(torch.isfinite(low)) and bool(torch.isfinite(high))):
+        raise ValueError("x must be finite: it holds NaN or inf")
+    v = _empty_like(x)
+    torch.mul(x, inv_scale, out=v)
+    _round_inplace(v, rounding)
+    v.add_(zero_point).clamp_(qmin, qmax)
+    if fake:
+        return v.sub_(zero_point).mul_(scale)
+    return v.to(_code_dtype(qmin, qmax, torch_backend=True))
+
+
+def _affine(x, scale, zero_point, qmin, qmax, rounding, fake):
+    """The float and torch paths of quantize (``fake=False``: codes) and fake-quantize (``fake=True``)."""
+    python_scalar = np.ndim(x) == 0 and not isinstance(x, np.ndarray) and not _is_tensor(x)
+    x = _as_float_array(x, "x")
+    scale, inv_scale, zero_point = _float_params(x, scale, zero_point)
+    if _is_tensor(x):
+        return _affine_torch(x, scale, inv_scale, zero_point, qmin, qmax, rounding, fake)
+    out = np.empty(x.shape, dtype=x.dtype if fake else _code_dtype(qmin, qmax))
+    _affine_numpy(x, scale, inv_scale, zero_point, qmin, qmax, rounding, out)
+    if python_scalar:
+        return float(out) if fake else int(out)
+    return out
+
+
+def quantize_affine(x, scale, zero_point, qmin: int, qmax: int, rounding: Rounding | str = Rounding.HALF_UP):
+    """Integer codes ``q = clip(round(x / s) + z, qmin, qmax)``; ``scale``/``zero_point`` broadcast against ``x``.
+
+    Saturates, never wraps.  Exact scalars and floats give an ``int``; numpy arrays and torch
+    tensors give the smallest integer dtype that holds ``[qmin, qmax]``.  The float paths compute
+    ``round(x * (1 / s))``, PyTorch's arithmetic (see the module docstring for what that does at ties).
+    """
+    qmin, qmax = _check_qrange(qmin, qmax)
+    rounding = _check_enum(rounding, Rounding, "rounding")
+    if _is_exact(x) and _is_exact(scale):
+        r, s = _to_fraction(x, "x"), _to_fraction(scale, "scale")
+        z = _check_zero_point_scalar(zero_point)
+        _check_positive_scale_scalar(s)
+        return min(max(_rounder(rounding)(r / s) + z, qmin), qmax)
+    return _affine(x, scale, zero_point, qmin, qmax, rounding, fake=False)
+
+
+def fake_quantize_affine(x, scale, zero_point, qmin: int, qmax: int, rounding: Rounding | str = Rounding.HALF_UP):
+    """``dequantize(quantize(x))`` in one pass, in ``x``'s float dtype: ``s * (clip(round(x/s) + z) - z)``.
+
+    Bit for bit what ``torch.fake_quantize_per_tensor_affine`` / ``..._per_channel_affine`` return
+    for float32 input with ``Rounding.HALF_EVEN`` and the same scale and zero point.
+    """
+    qmin, qmax = _check_qrange(qmin, qmax)
+    rounding = _check_enum(rounding, Rounding, "rounding")
+    if _is_exact(x) and _is_exact(scale):
+        q = quantize_affine(x, scale, zero_point, qmin, qmax, rounding)
+        return dequantize_affine(q, scale, zero_point)
+    return _affine(x, scale, zero_point, qmin, qmax, rounding, fake=True)
 
 
 def dequantize_affine(codes, scale, zero_point, *, dtype=None):
@@ -468,42 +583,37 @@ def dequantize_affine(codes, scale, zero_point, *, dtype=None):
     """
     if isinstance(codes, numbers.Integral) and not isinstance(codes, (bool, np.bool_)) and _is_exact(scale):
         s = _to_fraction(scale, "scale")
+        _check_positive_scale_scalar(s)
         return s * (int(codes) - _check_zero_point_scalar(zero_point))
     if _is_tensor(codes):
         torch = _torch()
-        if codes.is_floating_point() or codes.dtype == torch.bool or codes.is_complex():
+        if not _is_integer_array(codes):
             raise TypeError(f"codes must be an integer tensor, got {codes.dtype}")
         if dtype is None:
             dtype = scale.dtype if _is_tensor(scale) and scale.is_floating_point() else torch.get_default_dtype()
-        scale = torch.as_tensor(scale if not isinstance(scale, Fraction) else float(scale), device=codes.device)
-        zero_point = torch.as_tensor(zero_point, device=codes.device)
-        return (codes.to(dtype) - zero_point.to(dtype)) * scale.to(dtype)
-    scalar = np.ndim(codes) == 0 and not isinstance(codes, np.ndarray)
+        template = _empty_like(codes, dtype)
+        scale, _, zero_point = _float_params(template, scale, zero_point)
+        return template.copy_(codes).sub_(zero_point).mul_(scale)
+    python_scalar = np.ndim(codes) == 0 and not isinstance(codes, np.ndarray)
     codes = np.asarray(codes)
     if codes.dtype.kind not in "iu":
         raise TypeError(f"codes must be integers, got dtype {codes.dtype}")
-    scale = np.asarray(_float_scalar(scale, "scale") if _is_exact(scale) else scale)
     if dtype is None:
-        dtype = scale.dtype if scale.dtype.kind == "f" else np.float64
-    out = (codes.astype(dtype) - np.asarray(zero_point).astype(dtype)) * scale.astype(dtype)
-    return float(out) if scalar else out
-
-
-def fake_quantize_affine(x, scale, zero_point, qmin: int, qmax: int, rounding: Rounding | str = Rounding.HALF_UP):
-    """``dequantize(quantize(x))`` in one go, in ``x``'s float dtype: ``s * (clip(round(x/s) + z) - z)``."""
-    qmin, qmax = _check_qrange(qmin, qmax)
-    rnd = _rounder(rounding)
-    if _is_exact(x) and _is_exact(scale):
-        q = quantize_affine(x, scale, zero_point, qmin, qmax, rounding)
-        return dequantize_affine(q, scale, zero_point)
-    x_array = _as_float_array(x, "x")
-    scale_f, _, zero_f = _float_params(x_array, scale, zero_point)
-    v = _snap(x_array, scale, zero_point, qmin, qmax, rnd)
-    v -= zero_f
-    v *= scale_f
-    if not _is_tensor(v) and np.ndim(x) == 0 and not isinstance(x, np.ndarray):
-        return float(v)
-    return v
+        scale_dtype = np.asarray(scale).dtype if not isinstance(scale, (Fraction, Decimal, str)) else None
+        dtype = scale_dtype if scale_dtype is not None and scale_dtype.kind == "f" else np.float64
+    out = np.empty(codes.shape, dtype=dtype)
+    scale, _, zero_point = _float_params(out, scale, zero_point)
+    out_blocks = out.reshape((1,) + out.shape) if out.ndim == 0 else out
+    code_blocks = codes.reshape((1,) + codes.shape) if codes.ndim == 0 else codes
+    scale, zero_point = (p.reshape((1,) + p.shape) if p.ndim == 0 else p for p in (scale, zero_point))
+    step = _block_rows(out_blocks)
+    for start in range(0, out_blocks.shape[0], step):
+        rows = slice(start, start + step)
+        v = out_blocks[rows]
+        v[...] = code_blocks[rows]
+        v -= _rows(zero_point, rows)
+        v *= _rows(scale, rows)
+    return float(out) if python_scalar else out
 
 
 # --------------------------------------------------------------------------- whole tensors
