@@ -1,0 +1,164 @@
+"""The batching simulator: conservation of tokens, the two policies' rules, preemption, traces, errors."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from servebook import batching, memory, models
+from servebook.batching import IterationCost, Request, sample_trace, simulate
+
+TRACE = sample_trace(120, seed=1, prompt_mean=40, output_mean=80, max_len=256)
+SLOTS = 2048
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return {(policy, allocator): simulate(TRACE, kv_slots=SLOTS, policy=policy, allocator=allocator, max_len=256)
+            for policy in ("static", "continuous") for allocator in ("naive", "paged")}
+
+
+def test_sample_trace_is_seeded_and_respects_max_len():
+    again = sample_trace(120, seed=1, prompt_mean=40, output_mean=80, max_len=256)
+    assert again == TRACE
+    assert sample_trace(120, seed=2, prompt_mean=40, output_mean=80, max_len=256) != TRACE
+    assert all(r.prompt_len >= 1 and r.output_len >= 1 and r.total_len <= 256 for r in TRACE)
+    assert all(r.arrival_s == 0.0 for r in TRACE)
+
+
+def test_sample_trace_means_and_arrivals():
+    trace = sample_trace(4000, seed=0, prompt_mean=100, output_mean=300, max_len=100_000, arrival_rate=5.0)
+    prompts = np.array([r.prompt_len for r in trace])
+    outputs = np.array([r.output_len for r in trace])
+    assert abs(prompts.mean() / 100 - 1) < 0.1 and abs(outputs.mean() / 300 - 1) < 0.1
+    arrivals = np.array([r.arrival_s for r in trace])
+    assert arrivals[0] == 0 and np.all(np.diff(arrivals) >= 0)
+    assert abs(len(trace) / arrivals[-1] / 5.0 - 1) < 0.1
+
+
+@pytest.mark.parametrize("key", [("static", "naive"), ("static", "paged"), ("continuous", "naive"),
+                                 ("continuous", "paged")])
+def test_every_request_finishes_and_every_token_is_generated_once(runs, key):
+    result = runs[key]
+    r, s = result.requests, result.steps
+    assert np.all(np.isfinite(r["finish_s"]))
+    assert np.all(r["arrival_s"] <= r["first_token_s"]) and np.all(r["first_token_s"] <= r["finish_s"])
+    # Each running request emits one token per iteration, so the running counts add up to the outputs.
+    assert s["running"].sum() == r["output_len"].sum()
+    assert np.all(s["tokens_stored"] <= s["slots_reserved"])
+    assert np.all(s["slots_reserved"] <= result.slots_total)
+
+
+def test_static_batching_admits_only_into_an_empty_server(runs):
+    for allocator in ("naive", "paged"):
+        s = runs["static", allocator].steps
+        for k in np.flatnonzero(s["admitted"])[1:]:
+            assert s["running"][k - 1] == s["finished"][k - 1]
+
+
+def test_naive_never_preempts_and_runs_at_most_one_request_per_region(runs):
+    for policy in ("static", "continuous"):
+        result = runs[policy, "naive"]
+        assert result.summary().preemptions == 0
+        assert result.steps["running"].max() <= SLOTS // 256
+
+
+def test_paging_and_continuous_batching_each_help(runs):
+    summary = {key: run.summary() for key, run in runs.items()}
+    for policy in ("static", "continuous"):
+        assert summary[policy, "paged"].kv_token_share > 0.9 > summary[policy, "naive"].kv_token_share
+        assert summary[policy, "paged"].mean_running > summary[policy, "naive"].mean_running
+    for allocator in ("naive", "paged"):
+        assert summary["continuous", allocator].iterations < summary["static", allocator].iterations
+
+
+def test_preemption_by_recomputation_in_a_tight_pool():
+    trace = [Request(i, 0.0, 10, 30) for i in range(6)]
+    result = simulate(trace, kv_slots=64, block_size=4, max_len=64, watermark=0.0)
+    summary = result.summary()
+    assert summary.preemptions > 0
+    assert summary.recomputed_tokens > 0
+    assert np.all(np.isfinite(result.requests["finish_s"]))
+    assert result.steps["running"].sum() == 6 * 30
+
+
+def test_time_is_in_iterations_without_a_cost_model(runs):
+    result = runs["continuous", "paged"]
+    assert np.all(result.steps["dt"] == 1.0)
+    assert result.summary().makespan_s == len(result.steps["dt"])
+
+
+def test_iteration_cost_is_a_roofline():
+    spec = models.get("llama-2-13b")
+    cost = IterationCost.for_model(spec, bandwidth=2e12, peak_flops=300e12)
+    assert cost.weight_bytes == memory.weight_bytes(spec.n_params)
+    # Decode of one request is memory-bound: the weight read dominates.
+    assert math.isclose(cost.seconds(1, 100), (cost.weight_bytes + 100 * 819_200) / 2e12)
+    # A 4096-token prefill is compute-bound.
+    assert math.isclose(cost.seconds(4096, 4096), 4096 * 2 * spec.n_params / 300e12)
+
+
+def test_prefix_caching_saves_prefill():
+    trace = sample_trace(60, seed=3, prompt_mean=20, output_mean=20, max_len=512, shared_prefix_len=64)
+    cold = simulate(trace, kv_slots=4096, max_len=512)
+    warm = simulate(trace, kv_slots=4096, max_len=512, prefix_caching=True)
+    assert warm.steps["prefill_tokens"].sum() < cold.steps["prefill_tokens"].sum()
+    assert warm.steps["running"].sum() == cold.steps["running"].sum()
+
+
+def test_poisson_arrivals_idle_until_the_next_request():
+    trace = [Request(0, 0.0, 4, 2), Request(1, 100.0, 4, 2)]
+    result = simulate(trace, kv_slots=64, block_size=4, max_len=16)
+    assert result.requests["finish_s"].tolist() == [2.0, 102.0]
+
+
+def test_trace_file_round_trip(tmp_path):
+    trace = sample_trace(20, seed=4, arrival_rate=2.0, shared_prefix_len=8, n_prefix_groups=3)
+    path = batching.save_trace(trace, tmp_path / "trace.csv")
+    assert batching.load_trace(path) == trace
+
+
+def test_trace_file_errors(tmp_path):
+    path = tmp_path / "bad.csv"
+    path.write_text("arrival_s,prompt_len\n0,5\n")
+    with pytest.raises(ValueError, match="output_len"):
+        batching.load_trace(path)
+    path.write_text("arrival_s,prompt_len,output_len\n0,5,0\n")
+    with pytest.raises(ValueError, match="row 1"):
+        batching.load_trace(path)
+
+
+@pytest.mark.parametrize("kwargs, error", [
+    (dict(policy="dynamic"), ValueError),
+    (dict(allocator="buddy"), ValueError),
+    (dict(kv_slots=0), ValueError),
+    (dict(kv_slots=8, block_size=16), ValueError),
+    (dict(max_len=16), ValueError),          # requests longer than max_len
+    (dict(watermark=1.5), ValueError),
+    (dict(block_size=2.0), TypeError),
+])
+def test_simulate_rejects_bad_arguments(kwargs, error):
+    args = dict(kv_slots=SLOTS, max_len=256) | kwargs
+    with pytest.raises(error):
+        simulate(TRACE, **args)
+
+
+def test_simulate_rejects_bad_traces():
+    with pytest.raises(ValueError, match="empty"):
+        simulate([], kv_slots=64)
+    with pytest.raises(ValueError, match="unique"):
+        simulate([Request(0, 0.0, 1, 1), Request(0, 0.0, 1, 1)], kv_slots=64)
+    with pytest.raises(TypeError, match="Request"):
+        simulate([(0, 0.0, 1, 1)], kv_slots=64)
+    with pytest.raises(ValueError, match="never fit"):
+        simulate([Request(0, 0.0, 100, 10)], kv_slots=64, block_size=16, max_len=2048)
+
+
+@pytest.mark.parametrize("kwargs", [dict(prompt_len=0), dict(output_len=0), dict(arrival_s=-1.0),
+                                    dict(arrival_s=math.nan), dict(prefix_len=9)])
+def test_request_rejects_bad_fields(kwargs):
+    fields = dict(request_id=0, arrival_s=0.0, prompt_len=8, output_len=8) | kwargs
+    with pytest.raises(ValueError):
+        Request(**fields)

@@ -1,0 +1,372 @@
+"""The paged KV-cache allocator: the seeds' numbers, the closed forms, sharing, prefix caching, errors."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from servebook import memory, models, paging
+from servebook.paging import NaiveAllocator, OutOfBlocks, PagedAllocator
+from servebook.units import MiB
+
+SPEC = models.get("llama-2-13b")
+
+
+# ---------------------------------------------------------------------------
+# The seeds' worked examples
+
+def test_c3_one_token_in_a_block_of_16():
+    one_token = memory.kv_cache_bytes(SPEC, seq_len=1)
+    assert one_token == 819_200
+    assert round(one_token / MiB, 2) == 0.78
+    per_token = memory.kv_bytes_per_token(SPEC)
+    block = per_token * paging.paged_slots(1, 16)
+    assert block == 13_107_200 and block / MiB == 12.5
+    assert Fraction(paging.paged_waste(1, 16), 16) == Fraction(9375, 10_000)  # 93.75 %
+    wasted = per_token * paging.paged_waste(1, 16)
+    assert wasted == 12_288_000 and round(wasted / MiB, 1) == 11.7
+    assert one_token + wasted == block
+
+
+def test_c3_through_the_allocator():
+    kv = PagedAllocator(num_blocks=4, block_size=16)
+    kv.allocate("bos", [1])
+    use = kv.usage()
+    assert (use.blocks_used, use.slots_reserved, use.tokens_stored, use.tail_waste) == (1, 16, 1, 15)
+    assert use.tail_waste * memory.kv_bytes_per_token(SPEC) == 12_288_000
+
+
+def test_c4_naive_vs_paged():
+    assert paging.naive_waste(100, 2048) == 1948
+    assert paging.blocks_needed(100, 16) == 7
+    assert paging.paged_slots(100, 16) == 112
+    assert paging.paged_waste(100, 16) == 12
+    assert paging.paged_waste(100, 16) <= 16 - 1
+    assert round(paging.naive_waste(100, 2048) / paging.paged_waste(100, 16)) == 162
+
+
+def test_c4_through_both_allocators():
+    prompt = list(range(100))
+    naive = NaiveAllocator(num_slots=2048, max_len=2048)
+    naive.allocate(0, prompt)
+    paged = PagedAllocator(num_blocks=128, block_size=16)
+    paged.allocate(0, prompt)
+    assert naive.usage().reserved_unused == 1948
+    assert paged.usage().blocks_used == 7
+    assert paged.usage().tail_waste == 12
+
+
+def test_l3_1_fragmentation():
+    naive = paging.naive_waste(120, 2048)
+    assert naive == 1928
+    assert round(100 * naive / 2048, 1) == 94.1
+    assert paging.blocks_needed(120, 16) == 8
+    assert paging.paged_slots(120, 16) == 128
+    assert paging.paged_waste(120, 16) == 8
+    assert Fraction(paging.paged_waste(120, 16), paging.paged_slots(120, 16)) == Fraction(625, 10_000)
+    # Over the 120 tokens used instead of the 128 slots reserved it would be 6.67 %, not 6.25 %.
+    assert round(100 * paging.paged_waste(120, 16) / 120, 2) == 6.67
+    assert max(paging.paged_waste(n, 16) for n in range(1, 2049)) == 15
+
+
+def test_l5_1_scenario_a():
+    assert round(100 * paging.naive_waste(60, 2048) / 2048) == 97
+    assert paging.blocks_needed(60, 16) == 4
+    assert paging.paged_slots(60, 16) == 64
+    assert paging.paged_waste(60, 16) == 4
+    assert Fraction(paging.paged_waste(60, 16), paging.paged_slots(60, 16)) == Fraction(625, 10_000)
+
+
+# ---------------------------------------------------------------------------
+# The closed forms agree with the allocators
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 600), block_size=st.integers(1, 64))
+def test_allocate_and_append_agree_with_closed_forms(n, block_size):
+    at_once = PagedAllocator(num_blocks=700, block_size=block_size)
+    at_once.allocate("s", [7] * n)
+    grown = PagedAllocator(num_blocks=700, block_size=block_size)
+    grown.allocate("s", [7])
+    for _ in range(n - 1):
+        grown.append("s", 7)
+    for kv in (at_once, grown):
+        use = kv.usage()
+        assert use.blocks_used == paging.blocks_needed(n, block_size)
+        assert use.tail_waste == paging.paged_waste(n, block_size)
+        assert 0 <= use.tail_waste <= block_size - 1
+        assert kv.tokens("s") == [7] * n
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(0, 4096), max_len=st.integers(1, 4096))
+def test_naive_waste_is_reservation_minus_use(n, max_len):
+    if n > max_len:
+        with pytest.raises(ValueError, match="max_len"):
+            paging.naive_waste(n, max_len)
+    else:
+        assert paging.naive_waste(n, max_len) == max_len - n
+
+
+@pytest.mark.parametrize("call", [
+    lambda: paging.blocks_needed(10, 0),
+    lambda: paging.blocks_needed(10, -16),
+    lambda: paging.blocks_needed(-1, 16),
+    lambda: paging.naive_waste(10, 0),
+])
+def test_closed_forms_reject_bad_sizes(call):
+    with pytest.raises(ValueError):
+        call()
+
+
+def test_closed_forms_reject_non_integers():
+    with pytest.raises(TypeError, match="block_size"):
+        paging.blocks_needed(10, 16.0)
+    with pytest.raises(TypeError, match="n_tokens"):
+        paging.paged_waste(True, 16)
+
+
+# ---------------------------------------------------------------------------
+# Block tables, append, fork, copy-on-write
+
+def test_append_takes_a_new_block_only_when_the_last_is_full():
+    kv = PagedAllocator(num_blocks=8, block_size=4)
+    kv.allocate("a", [1, 2, 3])
+    assert kv.block_table("a") == [0]
+    kv.append("a", 4)
+    assert kv.block_table("a") == [0]
+    kv.append("a", 5)
+    assert kv.block_table("a") == [0, 1]
+    assert kv.tokens("a") == [1, 2, 3, 4, 5]
+
+
+def test_fork_shares_every_block_and_copy_on_write_protects_the_parent():
+    kv = PagedAllocator(num_blocks=8, block_size=4)
+    kv.allocate("parent", [1, 2, 3, 4, 5, 6])
+    kv.fork("parent", "child")
+    assert kv.block_table("child") == kv.block_table("parent") == [0, 1]
+    assert [kv.pool.blocks[i].ref_count for i in (0, 1)] == [2, 2]
+    kv.append("child", 70)
+    # The shared full block stays shared; the partly filled one was copied before the write.
+    assert kv.block_table("parent") == [0, 1]
+    assert kv.block_table("child") == [0, 2]
+    assert kv.tokens("parent") == [1, 2, 3, 4, 5, 6]
+    assert kv.tokens("child") == [1, 2, 3, 4, 5, 6, 70]
+    kv.append("parent", 7)  # block 1 is now the parent's alone: written in place
+    assert kv.block_table("parent") == [0, 1]
+    assert kv.tokens("parent") == [1, 2, 3, 4, 5, 6, 7]
+    assert kv.usage().blocks_used == 3
+
+
+def test_parallel_sampling_saves_the_shared_prompt():
+    kv = PagedAllocator(num_blocks=64, block_size=16)
+    kv.allocate(0, list(range(100)))
+    for k in range(1, 4):
+        kv.fork(0, k)
+    for k in range(4):
+        kv.append(k, 1000 + k)
+    use = kv.usage()
+    assert use.logical_tokens == 4 * 101
+    # 6 full prompt blocks shared by all four; each sample has its own copy of the 7th.
+    assert use.blocks_used == 6 + 4
+    assert use.tokens_stored == 96 + 4 * 5
+
+
+def test_free_returns_every_block():
+    kv = PagedAllocator(num_blocks=6, block_size=4)
+    kv.allocate("a", list(range(9)))
+    kv.fork("a", "b")
+    kv.append("b", 99)
+    kv.free("a")
+    kv.free("b")
+    assert kv.pool.num_used == 0 and kv.pool.num_free == 6
+    assert kv.usage().tokens_stored == 0 and len(kv) == 0
+
+
+# ---------------------------------------------------------------------------
+# Prefix caching
+
+def test_block_hash_is_chained_sha256():
+    first = paging.block_hash(None, [1, 2])
+    assert len(first) == 32
+    assert paging.block_hash(first, [3, 4]) != paging.block_hash(paging.block_hash(None, [9, 9]), [3, 4])
+
+
+def test_prefix_hit_reuses_full_blocks_and_computes_the_tail():
+    kv = PagedAllocator(num_blocks=16, block_size=4, prefix_caching=True)
+    system = [5, 6, 7, 8, 9, 10, 11, 12]
+    assert kv.allocate("a", system + [1, 2]) == 0
+    assert kv.allocate("b", system + [3]) == 8
+    assert kv.block_table("b")[:2] == kv.block_table("a")[:2]
+    assert kv.block_table("b")[2] != kv.block_table("a")[2]
+    assert kv.usage().prefix_hit_tokens == 8 and kv.usage().prefix_queried_tokens == 19
+
+
+def test_a_fully_cached_prompt_still_computes_its_last_block():
+    kv = PagedAllocator(num_blocks=16, block_size=4, prefix_caching=True)
+    prompt = list(range(8))
+    kv.allocate("a", prompt)
+    assert kv.allocate("b", prompt) == 4  # block 1 is recomputed, not reused
+    assert kv.block_table("b")[0] == kv.block_table("a")[0]
+    assert kv.block_table("b")[1] != kv.block_table("a")[1]
+
+
+def test_freed_blocks_keep_their_hash_and_are_revived():
+    kv = PagedAllocator(num_blocks=8, block_size=4, prefix_caching=True)
+    kv.allocate("a", list(range(9)))
+    table = kv.block_table("a")
+    kv.free("a")
+    assert kv.pool.cached_block_ids() == [table[1], table[0]]  # tail first: evicted first
+    assert kv.allocate("b", list(range(9)) + [50]) == 8
+    assert kv.block_table("b")[:2] == table[:2]
+    assert kv.pool.num_cached == 0
+
+
+def test_cached_blocks_are_evicted_lru_and_only_when_no_free_block_is_left():
+    kv = PagedAllocator(num_blocks=4, block_size=2, prefix_caching=True)
+    kv.allocate("a", [1, 2, 3, 4])     # blocks 0, 1, both full and hashed
+    kv.free("a")
+    assert kv.pool.cached_block_ids() == [1, 0]
+    kv.allocate("b", [9, 9, 9])        # 2 blocks: the 2 never-used free blocks, no eviction
+    assert kv.pool.cached_block_ids() == [1, 0]
+    kv.append("b", 9)
+    kv.append("b", 9)                  # a third block: evicts the LRU cached one, block 1
+    assert kv.pool.cached_block_ids() == [0]
+    kv.free("b")
+    assert kv.allocate("c", [1, 2, 3, 4, 5]) == 2  # block 0 still revives; block 1's content is gone
+    assert kv.block_table("c")[0] == 0
+
+
+def test_a_hash_hit_is_confirmed_against_the_stored_tokens(monkeypatch):
+    monkeypatch.setattr(paging, "block_hash", lambda parent, tokens: b"every block collides")
+    kv = PagedAllocator(num_blocks=8, block_size=2, prefix_caching=True)
+    kv.allocate("a", [1, 2, 3])
+    assert kv.allocate("b", [7, 8, 9]) == 0
+    assert kv.tokens("b") == [7, 8, 9]
+
+
+def test_duplicate_full_blocks_are_not_registered_twice():
+    kv = PagedAllocator(num_blocks=8, block_size=2, prefix_caching=True)
+    kv.allocate("a", [1, 2])
+    kv.allocate("b", [1, 2])  # its only block is recomputed: same content, not registered
+    a, b = kv.block_table("a")[0], kv.block_table("b")[0]
+    assert kv.pool.blocks[a].block_hash is not None
+    assert kv.pool.blocks[b].block_hash is None
+
+
+def test_can_allocate_has_no_side_effects_and_counts_revived_hits():
+    kv = PagedAllocator(num_blocks=4, block_size=2, prefix_caching=True)
+    kv.allocate("a", [1, 2, 3, 4])
+    kv.free("a")
+    kv.allocate("x", [7, 7])            # now 2 cached, 1 free
+    before = (kv.pool.cached_block_ids(), kv.pool.free_block_ids(), kv.usage())
+    # 4 blocks with 1 hit: 3 new ones; 3 blocks are free or cached, but only 2 once the hit is revived.
+    assert not kv.can_allocate([1, 2, 5, 6, 7, 8, 9])
+    assert kv.can_allocate([1, 2, 5, 6, 7])
+    assert (kv.pool.cached_block_ids(), kv.pool.free_block_ids(), kv.usage()) == before
+    with pytest.raises(OutOfBlocks):
+        kv.allocate("b", [1, 2, 5, 6, 7, 8, 9])
+    assert (kv.pool.cached_block_ids(), kv.pool.free_block_ids(), kv.usage()) == before
+    assert "b" not in kv
+
+
+def test_keep_free_watermark():
+    kv = PagedAllocator(num_blocks=4, block_size=2)
+    assert kv.can_allocate([1] * 6)
+    assert not kv.can_allocate([1] * 6, keep_free=2)
+
+
+# ---------------------------------------------------------------------------
+# Bad input: a clear error and nothing changed
+
+def _state(kv: PagedAllocator):
+    return (kv.usage(), kv.pool.free_block_ids(), kv.pool.cached_block_ids(),
+            {s: (kv.block_table(s), kv.tokens(s)) for s in kv.sequences})
+
+
+@pytest.mark.parametrize("bad_call, error", [
+    (lambda kv: kv.allocate("a", [1]), ValueError),          # already allocated
+    (lambda kv: kv.allocate("z", []), ValueError),           # empty prompt
+    (lambda kv: kv.allocate("z", [1] * 40), ValueError),     # longer than the pool
+    (lambda kv: kv.allocate("z", [1, -2]), ValueError),      # negative token id
+    (lambda kv: kv.allocate("z", [1, 2.5]), TypeError),      # not a token id
+    (lambda kv: kv.allocate("z", "hello"), TypeError),       # a string is not token ids
+    (lambda kv: kv.allocate(["unhashable"], [1]), TypeError),
+    (lambda kv: kv.append("nobody", 1), ValueError),         # unknown sequence
+    (lambda kv: kv.append("a", -1), ValueError),
+    (lambda kv: kv.append("a", None), TypeError),
+    (lambda kv: kv.free("nobody"), ValueError),
+    (lambda kv: kv.fork("a", "b"), ValueError),              # child id exists
+    (lambda kv: kv.fork("nobody", "c"), ValueError),
+    (lambda kv: kv.can_allocate([1], keep_free=-1), ValueError),
+])
+def test_bad_input_raises_and_changes_nothing(bad_call, error):
+    kv = PagedAllocator(num_blocks=8, block_size=4, prefix_caching=True)
+    kv.allocate("a", list(range(6)))
+    kv.allocate("b", list(range(6)) + [9])
+    before = _state(kv)
+    with pytest.raises(error):
+        bad_call(kv)
+    assert _state(kv) == before
+
+
+def test_double_free_and_append_after_free_are_errors():
+    kv = PagedAllocator(num_blocks=4, block_size=4)
+    kv.allocate("a", [1])
+    kv.free("a")
+    with pytest.raises(ValueError, match="already freed"):
+        kv.free("a")
+    with pytest.raises(ValueError, match="not allocated"):
+        kv.append("a", 2)
+
+
+def test_out_of_blocks_on_append_changes_nothing():
+    kv = PagedAllocator(num_blocks=2, block_size=2)
+    kv.allocate("a", [1, 2])
+    kv.allocate("b", [3, 4])
+    before = _state(kv)
+    assert not kv.can_append("a")
+    with pytest.raises(OutOfBlocks):
+        kv.append("a", 5)
+    assert _state(kv) == before
+
+
+@pytest.mark.parametrize("num_blocks, block_size", [(0, 16), (-1, 16), (8, 0), (8, -4)])
+def test_pool_rejects_bad_sizes(num_blocks, block_size):
+    with pytest.raises(ValueError):
+        PagedAllocator(num_blocks, block_size)
+
+
+# ---------------------------------------------------------------------------
+# The naive allocator
+
+def test_naive_reserves_max_len_and_wastes_the_remainder_of_the_pool():
+    naive = NaiveAllocator(num_slots=5000, max_len=2048)
+    assert naive.num_regions == 2 and naive.unusable_slots == 904
+    naive.allocate("a", [1] * 60)
+    assert naive.region("a") == (0, 2048)
+    naive.allocate("b", [1] * 120)
+    assert not naive.can_allocate([1])
+    with pytest.raises(OutOfBlocks):
+        naive.allocate("c", [1])
+    use = naive.usage()
+    assert (use.slots_reserved, use.tokens_stored, use.reserved_unused) == (4096, 180, 4096 - 180)
+    naive.append("a", 1)
+    naive.free("b")
+    assert naive.usage().tokens_stored == 61 and naive.can_allocate([1])
+
+
+def test_naive_errors():
+    with pytest.raises(ValueError, match="smaller than one max_len"):
+        NaiveAllocator(num_slots=100, max_len=2048)
+    naive = NaiveAllocator(num_slots=8, max_len=4)
+    naive.allocate("a", [1, 2, 3, 4])
+    with pytest.raises(ValueError, match="max_len"):
+        naive.append("a", 5)
+    with pytest.raises(ValueError, match="longer than max_len"):
+        naive.allocate("b", [1] * 5)
+    with pytest.raises(ValueError, match="not allocated"):
+        naive.free("b")
+    assert naive.usage().tokens_stored == 4
