@@ -1,8 +1,9 @@
 """A KV-cache calculator: a model (from the registry or custom), S, B, dtype and a budget in GiB or GB.
 
-:func:`kv_calculator_text` computes everything the calculator shows; the
-widget from :func:`kv_calculator` only collects inputs and displays that text,
-so what a test checks is what a reader sees.
+:func:`kv_calculator_rows` computes everything the calculator shows and
+:func:`kv_calculator_text` lays it out; the widget from :func:`kv_calculator`
+only collects inputs and displays that text, so what a test checks is what a
+reader sees.
 """
 
 from __future__ import annotations
@@ -67,9 +68,9 @@ def fmt_size(n_bytes: int) -> str:
     return f"{n_bytes:,} bytes = {fmt_unit(n_bytes, 'binary')} = {fmt_unit(n_bytes, 'decimal')}"
 
 
-def kv_calculator_text(model: ModelSpec | str, seq_len: int, batch: int = 1, dtype: str = "fp16",
-                       budget: Real = 40, budget_unit: str = "GiB") -> str:
-    """Everything the KV-cache calculator shows, as plain text.
+def kv_calculator_rows(model: ModelSpec | str, seq_len: int, batch: int = 1, dtype: str = "fp16",
+                       budget: Real = 40, budget_unit: str = "GiB") -> list[tuple[str, str]]:
+    """Everything the KV-cache calculator shows, as (label, value) rows.
 
     The KV bytes per token, per request and for the batch (each exactly and in
     both unit systems), the largest batch of ``seq_len``-token requests that
@@ -83,33 +84,36 @@ def kv_calculator_text(model: ModelSpec | str, seq_len: int, batch: int = 1, dty
     per_request = memory.kv_cache_bytes(spec, seq_len=seq_len, dtype=dtype)
     total = memory.kv_cache_bytes(spec, seq_len=seq_len, batch=batch, dtype=dtype)
     fits = memory.max_batch(budget_b, per_request)
+    longest = memory.max_batch(budget_b, batch * per_token)
     family = "binary" if budget_unit == "GiB" else "decimal"
 
     def short(n: int) -> str:
         return fmt_unit(n, family)
 
-    lines = [
-        f"model        {spec.name}: {spec.attention}, L = {spec.n_layers} layers, "
-        f"kv_dim = {_plural(spec.n_kv_heads, 'KV head')} × {spec.head_dim} = {spec.kv_dim:,}",
-        f"dtype        {dtype}, {_plural(bytes_per_element(dtype), 'byte')} per element",
-        f"per token    {fmt_size(per_token)}",
-        f"per request  S = {seq_len:,}: {fmt_size(per_request)}",
-        f"batch        B = {batch:,}: {fmt_size(total)}",
-        f"budget       {budget:g} {budget_unit} = {fmt_size(budget_b)}",
-        f"fits         {fits:,} requests of S = {seq_len:,} "
-        f"({short(budget_b - fits * per_request)} left over; "
-        f"request {fits + 1:,} would overflow it by {short((fits + 1) * per_request - budget_b)})",
+    rows = [
+        ("model", f"{spec.name}: {spec.attention}, L = {spec.n_layers} layers, "
+                  f"kv_dim = {_plural(spec.n_kv_heads, 'KV head')} × {spec.head_dim} = {spec.kv_dim:,}"),
+        ("dtype", f"{dtype}, {_plural(bytes_per_element(dtype), 'byte')} per element"),
+        ("per token", fmt_size(per_token)),
+        ("per request", f"S = {seq_len:,}: {fmt_size(per_request)}"),
+        ("batch", f"B = {batch:,}: {fmt_size(total)}"),
+        ("budget", f"{budget:g} {budget_unit} = {fmt_size(budget_b)}"),
+        ("fits", f"{fits:,} requests of S = {seq_len:,} ({short(budget_b - fits * per_request)} left over; "
+                 f"request {fits + 1:,} would overflow it by {short((fits + 1) * per_request - budget_b)})"),
+        ("your batch", f"B = {batch:,} fits, with {short(budget_b - total)} to spare" if total <= budget_b else
+                       f"B = {batch:,} does NOT fit: {short(total - budget_b)} over the budget"),
+        ("longest S", f"{longest:,} tokens per request for B = {batch:,} within the budget"),
     ]
-    if total <= budget_b:
-        lines.append(f"your batch   B = {batch:,} fits, with {short(budget_b - total)} to spare")
-    else:
-        lines.append(f"your batch   B = {batch:,} does NOT fit: {short(total - budget_b)} over the budget")
-    longest = memory.max_batch(budget_b, batch * per_token)
-    lines.append(f"longest S    {longest:,} tokens per request for B = {batch:,} within the budget")
     if spec.max_seq_len is not None and seq_len > spec.max_seq_len:
-        lines.append(f"note         S = {seq_len:,} is beyond {spec.name}'s context window "
-                     f"({spec.max_seq_len:,} tokens)")
-    return "\n".join(lines)
+        rows.append(("note", f"S = {seq_len:,} is beyond {spec.name}'s context window ({spec.max_seq_len:,} tokens)"))
+    return rows
+
+
+def kv_calculator_text(model: ModelSpec | str, seq_len: int, batch: int = 1, dtype: str = "fp16",
+                       budget: Real = 40, budget_unit: str = "GiB") -> str:
+    """The calculator's text: the rows of :func:`kv_calculator_rows`, one per line, labels aligned."""
+    rows = kv_calculator_rows(model, seq_len, batch=batch, dtype=dtype, budget=budget, budget_unit=budget_unit)
+    return "\n".join(f"{label:<12} {value}" for label, value in rows)
 
 
 def kv_calculator(model: str = "llama-2-13b", seq_len: int = 4096, batch: int = 1, dtype: str = "fp16",
