@@ -1,0 +1,116 @@
+"""Figures of capacity planning and of choosing the lever: the two buckets, users that fit, lever gains."""
+
+from __future__ import annotations
+
+import matplotlib
+import numpy as np
+from matplotlib.figure import Figure
+
+from .. import advisor, memory, models, roofline
+from ..units import GB, GiB
+from . import _style
+
+PRECISIONS = ("fp16", "int8", "int4")
+LABEL_NUDGE = {"fp16": 0, "int8": -3, "int4": 7}  # points: keeps the three end labels apart
+PRECISION_COLOURS = {"fp16": _style.SEQUENCE[0], "int8": _style.SEQUENCE[3], "int4": _style.WEIGHTS}
+
+
+def memory_buckets(n_params: int = 13 * 10**9, model: str = "llama-2-13b", seq_len: int = 4096, batch: int = 16,
+                   gpu_gb: int = 80) -> Figure:
+    """Weights (orange) and KV cache (teal) stacked on an ``gpu_gb`` GB GPU, for FP16, INT8 and INT4 weights."""
+    spec = models.get(model)
+    kv = memory.kv_cache_bytes(spec, seq_len=seq_len, batch=batch)
+    gpu = gpu_gb * GB
+    fig, ax = _style.new_figure(7.2, 3.4)
+    with matplotlib.rc_context(_style.RC):
+        for row, dtype in enumerate(PRECISIONS):
+            weights = memory.weight_bytes(n_params, dtype)
+            y = len(PRECISIONS) - 1 - row
+            ax.barh(y, weights / GB, color=_style.WEIGHTS, height=0.6, label="weights" if row == 0 else None)
+            ax.barh(y, kv / GB, left=weights / GB, color=_style.KV, height=0.6, label="KV cache" if row == 0 else None)
+            free = gpu - weights - kv
+            if free > 0:
+                ax.barh(y, free / GB, left=(weights + kv) / GB, color=_style.FREE, height=0.6,
+                        label="free" if row == 0 else None)
+            ax.annotate(f"{weights / GB:g}", (weights / GB / 2, y), ha="center", va="center", color="white",
+                        fontweight="bold", fontsize=9)
+            ax.annotate(f"{kv / GB:.2f}", ((weights + kv / 2) / GB, y), ha="center", va="center", color="white",
+                        fontweight="bold", fontsize=9)
+            ax.annotate(f"{(weights + kv) / GB:.2f} GB used\n{free / GB:.2f} GB free", (gpu / GB, y), xytext=(6, 0),
+                        textcoords="offset points", va="center", fontsize=9,
+                        color=_style.WASTE if free < 4 * GB else _style.MUTED)
+        ax.axvline(gpu / GB, color=_style.MUTED, linestyle="--", linewidth=1)
+        ax.set_yticks(range(len(PRECISIONS)), [f"{d.upper()} weights" for d in reversed(PRECISIONS)])
+        ax.set_xlim(0, gpu / GB * 1.27)
+        ax.set_xlabel("GB (10⁹ bytes)")
+        ax.set_title(f"{n_params / 1e9:g}B parameters + {batch} requests × {seq_len:,} tokens of FP16 KV "
+                     f"on one {gpu_gb} GB GPU")
+        ax.legend(loc="upper center", bbox_to_anchor=(0.42, -0.2), ncols=3)
+        ax.grid(axis="y", visible=False)
+    return fig
+
+
+def users_that_fit(model: str = "llama-2-13b", gpu: str = "a100-80gb-sxm", overhead_gib: int = 4,
+                   max_seq_len: int = 4096, marked_seq_len: int = 4096) -> Figure:
+    """Concurrent users whose FP16 KV cache fits, against sequence length, one line per weight precision."""
+    spec = models.get(model)
+    device = roofline.gpu(gpu)
+    seq = np.arange(256, max_seq_len + 1, 32)
+    fig, ax = _style.new_figure(7.0, 3.8)
+    with matplotlib.rc_context(_style.RC):
+        for dtype in PRECISIONS:
+            weights = memory.weight_bytes(spec.n_params, dtype)
+            users = [memory.capacity_plan(device.memory, weights, memory.kv_cache_bytes(spec, seq_len=int(s)),
+                                          overhead_gib * GiB).requests for s in seq]
+            colour = PRECISION_COLOURS[dtype]
+            ax.step(seq, users, where="post", color=colour, linewidth=2,
+                    label=f"{dtype.upper()} weights ({weights / GiB:.1f} GiB)")
+            at = memory.capacity_plan(device.memory, weights, memory.kv_cache_bytes(spec, seq_len=marked_seq_len),
+                                      overhead_gib * GiB).requests
+            ax.plot([marked_seq_len], [at], "o", color=colour)
+            ax.annotate(f"{at}", (marked_seq_len, at), xytext=(6, LABEL_NUDGE[dtype]), textcoords="offset points",
+                        va="center", color=colour, fontweight="bold")
+        ax.set_yscale("log")
+        ticks = [8, 16, 32, 64, 128, 256]
+        ax.set_yticks(ticks, [str(t) for t in ticks])
+        ax.set_xlabel("sequence length S per user (tokens)")
+        ax.set_ylabel("users that fit (floor)")
+        ax.set_title(f"{spec.name} on {device.name} ({device.memory / GiB:g} GiB), {overhead_gib} GiB overhead, "
+                     "FP16 KV")
+        ax.set_xlim(seq[0], max_seq_len * 1.06)
+        ax.legend(loc="upper right")
+    return fig
+
+
+def lever_gains(scenarios: tuple[str, ...] = ("A", "B")) -> Figure:
+    """What each lever buys in the seed's scenarios: gain on the goal metric over the baseline server."""
+    chosen = [advisor.L51_SCENARIOS[key] for key in scenarios]
+    advices = [scenario.advise() for scenario in chosen]
+    fig, axes = _style.new_figure(7.4, 1.4 + 1.1 * len(chosen), nrows=len(chosen), sharex=True)
+    axes = np.atleast_1d(axes)
+    with matplotlib.rc_context(_style.RC):
+        for ax, scenario, advice in zip(axes, chosen, advices, strict=True):
+            goal = scenario.workload.goal
+            results = list(reversed(advice.ranking))
+            gains = [r.gain(goal) for r in results]
+            colours = [_style.KV if r is advice.best else _style.FREE for r in results]
+            ax.barh(range(len(results)), gains, color=colours, height=0.65)
+            for y, (r, gain) in enumerate(zip(results, gains, strict=True)):
+                ax.annotate(f"×{gain:.2f}  (fits {r.served.fits:,} at once)", (gain, y),
+                            xytext=(4, 0), textcoords="offset points", va="center", fontsize=9)
+            ax.axvline(1, color=_style.MUTED, linewidth=1)
+            ax.set_yticks(range(len(results)), [r.lever for r in results])
+            ax.set_title(f"{scenario.name} ({scenario.model} on {scenario.gpu}), goal: {goal}", loc="left",
+                         fontsize=10)
+            ax.grid(axis="y", visible=False)
+        axes[-1].set_xlabel("gain on the goal metric, × the baseline server (roofline bounds)")
+        axes[-1].set_xlim(0, max(r.gain(s.workload.goal) for s, a in zip(chosen, advices, strict=True)
+                                 for r in a.ranking) * 1.45)
+    return fig
+
+
+FIGURES = {
+    "memory-buckets": memory_buckets,
+    "capacity-users": users_that_fit,
+    "lever-gains": lever_gains,
+}

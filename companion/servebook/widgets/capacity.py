@@ -1,0 +1,136 @@
+"""A capacity planner: a model on a GPU, weights at some precision, an overhead, and users that fit.
+
+:func:`capacity_text` computes everything the planner shows, from
+:func:`servebook.memory.capacity_plan`; the widget from :func:`capacity_planner`
+only collects inputs and displays that text, so what a test checks is what a
+reader sees.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from fractions import Fraction
+from numbers import Real
+
+from .. import memory, models, roofline
+from ..models import ModelSpec
+from ..units import DTYPE_BYTES, UNITS, canonical_dtype
+
+SIZE_UNITS = ("GiB", "GB")
+WEIGHT_DTYPES = ("fp16", "int8", "int4")
+CUSTOM_GPU = "custom"
+
+
+def size_bytes(name: str, value: Real, unit: str, allow_zero: bool = True) -> int:
+    """``value`` ``unit``s ("GiB" or "GB") as whole bytes (floor: a partial byte holds nothing)."""
+    if unit not in SIZE_UNITS:
+        raise ValueError(f"unit must be one of {', '.join(SIZE_UNITS)}, got {unit!r}")
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise TypeError(f"{name} must be a number of {unit}, got {value!r}")
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        raise ValueError(f"{name} must be a finite number of {unit} {'>= 0' if allow_zero else '> 0'}, got {value}")
+    # Through str, so that 69.5 means 69.5 and not the binary float nearest to it.
+    return math.floor(Fraction(str(value)) * UNITS[unit])
+
+
+def capacity_text(model: ModelSpec | str = "llama-2-13b", gpu: str = "a100-80gb-sxm", weights: str = "fp16",
+                  overhead: Real = 4, seq_len: int = 4096, kv_dtype: str = "fp16", unit: str = "GiB",
+                  group_size: int | None = None, gpu_memory: Real | None = None) -> str:
+    """Everything the capacity planner shows, as plain text.
+
+    ``gpu`` is a name from :data:`servebook.roofline.GPUS` (its memory is what
+    ``nvidia-smi`` reports), or ``"custom"`` with ``gpu_memory`` in ``unit``.
+    ``overhead`` is in ``unit`` too.  The plan, then the users that fit with
+    each weight precision, so the gain of quantizing is one glance away.
+    """
+    spec = model if isinstance(model, ModelSpec) else models.get(model)
+    if spec.n_params is None:
+        raise ValueError(f"{spec.name}: a capacity plan needs the model's parameter count (n_params)")
+    weights = canonical_dtype(weights)
+    if gpu == CUSTOM_GPU:
+        if gpu_memory is None:
+            raise ValueError("gpu 'custom' needs gpu_memory (in the chosen unit)")
+        gpu_bytes, gpu_name = size_bytes("gpu_memory", gpu_memory, unit, allow_zero=False), "custom GPU"
+    else:
+        device = roofline.gpu(gpu)
+        gpu_bytes, gpu_name = device.memory, f"{device.name} ({device.memory_label} on the datasheet)"
+    overhead_bytes = size_bytes("overhead", overhead, unit)
+    if overhead_bytes >= gpu_bytes:
+        raise ValueError(f"overhead ({overhead} {unit}) must be smaller than the GPU's memory "
+                         f"({gpu_bytes / UNITS[unit]:,.2f} {unit})")
+    per_request = memory.kv_cache_bytes(spec, seq_len=seq_len, dtype=kv_dtype)
+    u = UNITS[unit]
+
+    def plan_for(dtype: str) -> memory.CapacityPlan | None:
+        w = memory.weight_bytes(spec.n_params, dtype, group_size=group_size if dtype == "int4" else None)
+        if w + overhead_bytes > gpu_bytes:
+            return None
+        return memory.capacity_plan(gpu_bytes, w, per_request, overhead=overhead_bytes)
+
+    weight_bytes = memory.weight_bytes(spec.n_params, weights, group_size=group_size if weights == "int4" else None)
+    lines = [
+        f"GPU          {gpu_name}: {gpu_bytes:,} bytes = {gpu_bytes / u:,.3f} {unit}",
+        f"weights      {spec.name}, {spec.n_params:,} parameters in {weights}"
+        + (f" (groups of {group_size})" if group_size and weights == "int4" else "")
+        + f": {weight_bytes / u:,.3f} {unit}",
+        f"overhead     {overhead_bytes / u:,.3f} {unit}",
+        f"per user     S = {seq_len:,} tokens of {canonical_dtype(kv_dtype)} KV: {per_request / u:,.3f} {unit}",
+    ]
+    plan = plan_for(weights)
+    if plan is None:
+        fixed = weight_bytes + overhead_bytes
+        lines.append(f"plan         does NOT fit: weights + overhead = {fixed / u:,.3f} {unit}"
+                     f" > {gpu_bytes / u:,.3f} {unit}")
+    else:
+        lines.append(f"plan         {plan.describe(unit)}")
+    counts = []
+    for dtype in WEIGHT_DTYPES:
+        other = plan_for(dtype)
+        counts.append(f"{dtype} {other.requests if other else 'no fit'}")
+    lines.append(f"by precision {' | '.join(counts)} users")
+    return "\n".join(lines)
+
+
+def capacity_planner(model: str = "llama-2-13b", gpu: str = "a100-80gb-sxm", weights: str = "fp16",
+                     overhead: float = 4.0, seq_len: int = 4096, kv_dtype: str = "fp16", unit: str = "GiB"):
+    """The interactive planner (ipywidgets): change the model, GPU, precisions, overhead or S; see who fits.
+
+    Bad input shows its error message instead of a number.
+    """
+    import ipywidgets as w
+
+    gpus = [*roofline.GPUS, CUSTOM_GPU]
+    style = {"description_width": "110px"}
+    model_box = w.Dropdown(options=[n for n in models.names() if models.get(n).n_params], value=model,
+                           description="model", style=style)
+    gpu_box = w.Dropdown(options=gpus, value=gpu, description="GPU", style=style)
+    memory_box = w.BoundedFloatText(value=80.0, min=0.001, max=10**6, description="custom memory", style=style,
+                                    disabled=gpu != CUSTOM_GPU)
+    weights_box = w.Dropdown(options=list(WEIGHT_DTYPES), value=weights, description="weights", style=style)
+    group_box = w.Dropdown(options=[("none", None), ("32", 32), ("64", 64), ("128", 128)], value=None,
+                           description="INT4 group", style=style)
+    overhead_box = w.BoundedFloatText(value=overhead, min=0, max=10**6, description="overhead", style=style)
+    seq_box = w.BoundedIntText(value=seq_len, min=1, max=10**8, description="seq len S", style=style)
+    kv_box = w.Dropdown(options=list(DTYPE_BYTES), value=canonical_dtype(kv_dtype), description="KV dtype",
+                        style=style)
+    unit_box = w.ToggleButtons(options=list(SIZE_UNITS), value=unit, description="unit", style=style)
+    out = w.HTML()
+
+    def refresh(*_) -> None:
+        memory_box.disabled = gpu_box.value != CUSTOM_GPU
+        try:
+            text = capacity_text(model_box.value, gpu_box.value, weights_box.value, overhead_box.value,
+                                 seq_box.value, kv_box.value, unit_box.value, group_size=group_box.value,
+                                 gpu_memory=memory_box.value)
+        except (ValueError, TypeError) as error:
+            text = f"cannot compute: {error}"
+        out.value = f"<pre>{html.escape(text)}</pre>"
+
+    boxes = (model_box, gpu_box, memory_box, weights_box, group_box, overhead_box, seq_box, kv_box, unit_box)
+    for box in boxes:
+        box.observe(refresh, names="value")
+    refresh()
+    inputs = w.HBox([w.VBox([model_box, gpu_box, memory_box, weights_box, group_box]),
+                     w.VBox([overhead_box, seq_box, kv_box, unit_box])])
+    return w.VBox([inputs, out])
