@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import math
+import warnings
 from decimal import Decimal
 from fractions import Fraction
 
 import numpy as np
 import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from servebook import quant
-from servebook.quant import Mapping, Rounding  # noqa: F401 - used below
+from servebook.quant import Mapping, Rounding
 
 INT4 = quant.qrange(4)
 
@@ -86,3 +91,313 @@ def test_float_trap_at_the_c5_tie():
     assert 0.35 / 0.1 == 3.4999999999999996
     assert int(np.floor(0.35 / 0.1 + 0.5)) + 6 == 9
     assert int(np.floor(np.float32(0.35) / np.float32(0.1) + np.float32(0.5))) + 6 == 10
+
+
+def test_float_paths_at_the_c5_tie():
+    scale, zero_point = quant.choose_qparams_affine(-0.6, 0.9, 4)  # float64 path
+    assert (scale, zero_point) == (0.1, 6)
+    # the library multiplies by 1/s, torch's arithmetic: 0.35 * 10.0 lands on the tie 3.5
+    assert 0.35 * (1 / scale) == 3.5
+    assert quant.quantize_affine(0.35, scale, zero_point, *INT4) == 10
+    assert quant.quantize_affine(0.35, scale, zero_point, *INT4, rounding=Rounding.HALF_EVEN) == 10
+    q32 = quant.quantize_affine(np.array([0.35], dtype=np.float32), np.float32(0.1), 6, *INT4)
+    assert q32.tolist() == [10]
+
+
+def test_tie_case_where_the_modes_differ():
+    scale, zero_point = quant.choose_qparams_affine("-0.75", "1.125", 4)
+    assert (scale, zero_point) == (Fraction(1, 8), 6)
+    assert quant.quantize_affine("0.3125", scale, zero_point, *INT4, rounding="half_even") == 8
+    assert quant.quantize_affine("0.3125", scale, zero_point, *INT4, rounding="half_up") == 9
+    # binary-exact, so the float path agrees
+    assert quant.quantize_affine(0.3125, 0.125, 6, *INT4, rounding=Rounding.HALF_EVEN) == 8
+    assert quant.quantize_affine(0.3125, 0.125, 6, *INT4, rounding=Rounding.HALF_UP) == 9
+
+
+# --------------------------------------------------------------------------- rounding
+
+
+def test_round_half_up_is_right_where_floor_plus_half_is_wrong():
+    v = 0.49999999999999994
+    assert np.floor(v + 0.5) == 1.0  # the naive formula
+    assert quant.round_half_up(v) == 0
+    assert quant.round_half_up(np.array([v, 0.5, -0.5, 2.5, -2.5])).tolist() == [0, 1, 0, 3, -2]
+    assert quant.round_half_even(np.array([0.5, 1.5, 2.5, -2.5])).tolist() == [0, 2, 2, -2]
+    assert quant.round_half_up(Fraction(-5, 2)) == -2 and quant.round_half_even(Fraction(5, 2)) == 2
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.floats(-1e6, 1e6, allow_nan=False, allow_subnormal=False))
+def test_round_half_up_matches_exact_arithmetic(v):
+    expected = math.floor(Fraction(v) + Fraction(1, 2))
+    assert quant.round_half_up(v) == expected
+    assert quant.round_half_up(np.array([v]))[0] == expected
+    assert quant.round_half_up(torch.tensor([v], dtype=torch.float64))[0].item() == expected
+
+
+# --------------------------------------------------------------------------- properties
+
+finite32 = st.floats(-1e4, 1e4, allow_nan=False, allow_infinity=False, width=32)
+arrays32 = st.lists(finite32, min_size=1, max_size=64).map(lambda v: np.array(v, dtype=np.float32))
+bit_widths = st.integers(2, 16)
+mappings = st.sampled_from(list(Mapping))
+roundings = st.sampled_from(list(Rounding))
+
+
+@settings(max_examples=150, deadline=None)
+@given(arrays32, bit_widths, mappings, roundings, st.booleans())
+def test_codes_always_in_range(x, bits, mapping, rounding, include_zero):
+    qparams = quant.choose_qparams(x, bits, mapping, include_zero=include_zero)
+    codes = quant.quantize(x * 3, qparams, rounding)  # many values beyond the range
+    assert codes.min() >= qparams.qmin and codes.max() <= qparams.qmax
+
+
+@settings(max_examples=150, deadline=None)
+@given(arrays32, bit_widths, mappings, roundings)
+def test_in_range_error_is_at_most_half_a_step(x, bits, mapping, rounding):
+    qparams = quant.choose_qparams(x, bits, mapping, include_zero=True)
+    error = quant.quantization_error(x, qparams, rounding)
+    scale = float(qparams.scale)
+    slack = 8 * np.finfo(np.float32).eps * max(float(np.abs(x).max()), scale)
+    assert float(error.max()) <= scale / 2 + slack
+
+
+@settings(max_examples=150, deadline=None)
+@given(arrays32, bit_widths, mappings, roundings)
+def test_fake_quantize_is_idempotent_and_monotone(x, bits, mapping, rounding):
+    qparams = quant.choose_qparams(x, bits, mapping)
+    once = quant.fake_quantize(x, qparams, rounding)
+    assert np.array_equal(quant.fake_quantize(once, qparams, rounding), once)
+    ordered = np.sort(x)
+    assert np.all(np.diff(quant.quantize(ordered, qparams, rounding).astype(np.int64)) >= 0)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.floats(-2.0**100, 2.0**100, allow_nan=False, allow_subnormal=False, width=32)
+       .filter(lambda c: abs(c) > 2.0**-100 or c == 0), st.integers(1, 40), bit_widths, mappings)
+def test_constant_tensors_reconstruct_exactly(c, n, bits, mapping):
+    x = np.full(n, c, dtype=np.float32)
+    qparams = quant.choose_qparams(x, bits, mapping)
+    assert np.array_equal(quant.fake_quantize(x, qparams), x)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 4), st.sampled_from([1, 2, 4, 8]), bit_widths, mappings,
+       st.integers(0, 2**32 - 1))
+def test_per_channel_and_groupwise_equal_per_tensor_slice_by_slice(rows, n_groups, group_size, bits, mapping, seed):
+    x = np.random.default_rng(seed).standard_normal((rows, n_groups * group_size)).astype(np.float32)
+    per_row = quant.choose_qparams(x, bits, mapping, axis=0)
+    codes = quant.quantize(x, per_row)
+    per_col = quant.choose_qparams(x, bits, mapping, axis=1)
+    col_codes = quant.quantize(x, per_col)
+    grouped = quant.choose_qparams(x, bits, mapping, group_size=group_size)
+    group_codes = quant.quantize(x, grouped)
+    assert np.shape(grouped.scale) == (rows, n_groups)
+    for i in range(rows):
+        assert np.array_equal(codes[i], quant.quantize(x[i], quant.choose_qparams(x[i], bits, mapping)))
+        for g in range(n_groups):
+            piece = x[i, g * group_size:(g + 1) * group_size]
+            expected = quant.quantize(piece, quant.choose_qparams(piece, bits, mapping))
+            assert np.array_equal(group_codes[i, g * group_size:(g + 1) * group_size], expected)
+    for j in range(x.shape[1]):
+        assert np.array_equal(col_codes[:, j], quant.quantize(x[:, j], quant.choose_qparams(x[:, j], bits, mapping)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(-2**20, 2**20), min_size=1, max_size=20), st.integers(-6, 6), st.integers(-8, 8),
+       st.integers(2, 8), roundings)
+def test_exact_and_float_paths_agree_on_binary_numbers(numerators, scale_exponent, zero_point, bits, rounding):
+    qmin, qmax = quant.qrange(bits)
+    scale = Fraction(2) ** scale_exponent
+    for n in numerators:
+        r = Fraction(n, 2**10)
+        exact = quant.quantize_affine(r, scale, zero_point, qmin, qmax, rounding)
+        assert quant.quantize_affine(float(r), float(scale), zero_point, qmin, qmax, rounding) == exact
+        assert quant.dequantize_affine(exact, scale, zero_point) == Fraction(quant.dequantize_affine(
+            exact, float(scale), zero_point))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(finite32, min_size=8, max_size=8), min_size=1, max_size=6), bit_widths, mappings, roundings,
+       st.sampled_from([None, 0, 1]))
+def test_numpy_and_torch_paths_agree(rows, bits, mapping, rounding, axis):
+    x = np.array(rows, dtype=np.float32)
+    xt = torch.from_numpy(x.copy())
+    qparams = quant.choose_qparams(x, bits, mapping, axis=axis)
+    qparams_t = quant.choose_qparams(xt, bits, mapping, axis=axis)
+    assert np.array_equal(np.asarray(qparams.scale), qparams_t.scale.numpy())
+    assert np.array_equal(np.asarray(qparams.zero_point), qparams_t.zero_point.numpy())
+    codes, codes_t = quant.quantize(x, qparams, rounding), quant.quantize(xt, qparams_t, rounding)
+    assert isinstance(codes_t, torch.Tensor)
+    assert np.array_equal(codes.astype(np.int64), codes_t.numpy().astype(np.int64))
+    fake, fake_t = quant.fake_quantize(x, qparams, rounding), quant.fake_quantize(xt, qparams_t, rounding)
+    assert fake_t.dtype == torch.float32 and np.array_equal(fake, fake_t.numpy())
+    back_t = quant.dequantize(codes_t, qparams_t)
+    assert back_t.dtype == torch.float32 and np.array_equal(back_t.numpy(), fake)
+
+
+# --------------------------------------------------------------------------- PyTorch parity
+
+
+def _tie_heavy(seed, shape, scale):
+    """Values on and near the ties k * s / 2 as well as plain normal samples."""
+    rng = np.random.default_rng(seed)
+    ties = (rng.integers(-40, 40, size=shape) + 0.5) * scale
+    return np.where(rng.random(shape) < 0.5, ties, rng.standard_normal(shape)).astype(np.float32)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("bits", [2, 4, 8])
+def test_parity_with_torch_fake_quantize_per_tensor(seed, bits):
+    x = _tie_heavy(seed, (32, 64), 0.125)
+    qparams = quant.choose_qparams(x, bits, include_zero=True, rounding=Rounding.HALF_EVEN)
+    ours = quant.fake_quantize(x, qparams, Rounding.HALF_EVEN)
+    theirs = torch.fake_quantize_per_tensor_affine(torch.from_numpy(x), float(qparams.scale), int(qparams.zero_point),
+                                                   qparams.qmin, qparams.qmax)
+    assert np.array_equal(ours, theirs.numpy())
+    # at scale 1/8 the ties are exact in binary, so half-up must differ somewhere
+    tie_scale = quant.QParams(np.float32(0.125), np.int32(8), 4)
+    even = quant.fake_quantize(x, tie_scale, Rounding.HALF_EVEN)
+    assert np.array_equal(even, torch.fake_quantize_per_tensor_affine(torch.from_numpy(x), 0.125, 8, 0, 15).numpy())
+    assert not np.array_equal(even, quant.fake_quantize(x, tie_scale, Rounding.HALF_UP))
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize(("axis", "mapping"),
+                         [(0, Mapping.ASYMMETRIC), (1, Mapping.ASYMMETRIC), (0, Mapping.SYMMETRIC)])
+def test_parity_with_torch_fake_quantize_per_channel(seed, axis, mapping):
+    x = _tie_heavy(seed, (16, 48), 0.0625)
+    qparams = quant.choose_qparams(x, 4, mapping, axis=axis, rounding=Rounding.HALF_EVEN)
+    ours = quant.fake_quantize(x, qparams, Rounding.HALF_EVEN)
+    theirs = torch.fake_quantize_per_channel_affine(torch.from_numpy(x), torch.from_numpy(qparams.scale),
+                                                    torch.from_numpy(qparams.zero_point), axis,
+                                                    qparams.qmin, qparams.qmax)
+    assert np.array_equal(ours, theirs.numpy())
+
+
+def test_tie_case_against_torch():
+    x = torch.tensor([0.3125])
+    assert torch.fake_quantize_per_tensor_affine(x, 0.125, 6, 0, 15).item() == 0.25  # q = 8
+    assert quant.fake_quantize_affine(x, 0.125, 6, 0, 15, Rounding.HALF_EVEN).item() == 0.25
+    assert quant.fake_quantize_affine(x, 0.125, 6, 0, 15, Rounding.HALF_UP).item() == 0.375  # q = 9
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_parity_with_torch_minmax_observer(per_channel):
+    from torch.ao.quantization.observer import MinMaxObserver, PerChannelMinMaxObserver
+
+    x = torch.from_numpy(_tie_heavy(7, (8, 32), 0.1)) + 0.5
+    if per_channel:
+        observer = PerChannelMinMaxObserver(ch_axis=0, dtype=torch.quint8, qscheme=torch.per_channel_affine,
+                                            quant_min=0, quant_max=15)
+    else:
+        observer = MinMaxObserver(dtype=torch.quint8, qscheme=torch.per_tensor_affine, quant_min=0, quant_max=15)
+    observer(x)
+    scale, zero_point = observer.calculate_qparams()
+    ours = quant.choose_qparams(x, 4, axis=0 if per_channel else None, include_zero=True,
+                                eps=torch.finfo(torch.float32).eps, rounding=Rounding.HALF_EVEN, exact_constant=False)
+    assert torch.equal(ours.scale.reshape(scale.shape), scale)
+    assert torch.equal(ours.zero_point.reshape(zero_point.shape).to(zero_point.dtype), zero_point)
+
+
+def test_torch_observer_on_the_seeds_constant_tensor():
+    from torch.ao.quantization.observer import MinMaxObserver
+
+    observer = MinMaxObserver(dtype=torch.quint8, qscheme=torch.per_tensor_affine, quant_min=0, quant_max=15)
+    assert observer.eps.item() == torch.finfo(torch.float32).eps == 2**-23
+    x = torch.full((4,), 0.3)
+    observer(x)
+    scale, zero_point = observer.calculate_qparams()
+    ours = quant.choose_qparams(x, 4, include_zero=True, eps=2**-23, rounding="half_even", exact_constant=False)
+    assert torch.equal(ours.scale.reshape(1), scale) and int(ours.zero_point) == int(zero_point) == 0
+    rebuilt = torch.fake_quantize_per_tensor_affine(x, scale.item(), int(zero_point), 0, 15)
+    assert torch.equal(rebuilt, x)  # widening to include 0 puts 0.3 on the top code
+    assert torch.equal(quant.fake_quantize(x, ours, "half_even"), x)
+
+
+# --------------------------------------------------------------------------- INT4 packing
+
+
+def test_pack_int4_nibble_orders():
+    codes = np.array([1, 2, 3, 4, 5], dtype=np.uint8)
+    low = quant.pack_int4(codes)
+    high = quant.pack_int4(codes, order="high_first")
+    assert low.tolist() == [0x21, 0x43, 0x05]
+    assert high.tolist() == [0x12, 0x34, 0x50]
+    assert quant.unpack_int4(low, 5).tolist() == codes.tolist()
+    assert quant.unpack_int4(high, 5, order="high_first").tolist() == codes.tolist()
+
+
+def test_pack_int4_low_first_matches_torch_quint4x2():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        q = torch.quantize_per_tensor(torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0]), 1.0, 0, torch.quint4x2)
+    storage = list(bytes(q.untyped_storage()))
+    assert storage == quant.pack_int4(np.array([1, 2, 3, 4, 5])).tolist()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 15), min_size=5, max_size=5), min_size=1, max_size=4),
+       st.sampled_from(["low_first", "high_first"]))
+def test_pack_unpack_round_trip(rows, order):
+    codes = np.array(rows, dtype=np.uint8)
+    packed = quant.pack_int4(codes, order=order)
+    assert packed.shape == (len(rows), 3) and packed.dtype == np.uint8
+    assert np.array_equal(quant.unpack_int4(packed, 5, order=order), codes)
+    packed_t = quant.pack_int4(torch.from_numpy(codes), order=order)
+    assert np.array_equal(packed_t.numpy(), packed)
+    assert np.array_equal(quant.unpack_int4(packed_t, 5, order=order).numpy(), codes)
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_nan_and_inf_are_refused(bad):
+    x = np.array([0.1, bad, 0.3], dtype=np.float32)
+    qparams = quant.QParams(np.float32(0.1), np.int32(0), 4)
+    with pytest.raises(ValueError, match="finite"):
+        quant.choose_qparams(x, 4)
+    with pytest.raises(ValueError, match="finite"):
+        quant.quantize(x, qparams)
+    with pytest.raises(ValueError, match="finite"):
+        quant.fake_quantize(torch.from_numpy(x), qparams)
+    with pytest.raises(ValueError, match="finite"):
+        quant.choose_qparams_affine(bad, 1.0, 4)
+
+
+@pytest.mark.parametrize(("call", "error", "match"), [
+    (lambda: quant.choose_qparams_affine("0.9", "-0.6", 4), ValueError, "r_min > r_max"),
+    (lambda: quant.choose_qparams_affine(np.array([0.0, 1.0]), np.array([1.0, 0.5]), 4), ValueError, "r_min > r_max"),
+    (lambda: quant.qrange(0), ValueError, "bits must be in 1..16"),
+    (lambda: quant.qrange(17), ValueError, "bits must be in 1..16"),
+    (lambda: quant.qrange(1, Mapping.SYMMETRIC), ValueError, "2..16"),
+    (lambda: quant.qrange(4.0), TypeError, "bits must be an int"),
+    (lambda: quant.qrange(True), TypeError, "bits must be an int"),
+    (lambda: quant.qrange(4, "skewed"), ValueError, "mapping must be one of"),
+    (lambda: quant.quantize_affine(0.5, 0.1, 0, 0, 15, rounding="half_down"), ValueError, "rounding must be one of"),
+    (lambda: quant.quantize_affine(0.5, 0.1, 0, 0, 15, rounding=3), TypeError, "rounding must be one of"),
+    (lambda: quant.quantize_affine(0.5, 0.0, 0, 0, 15), ValueError, "scale must be positive"),
+    (lambda: quant.quantize_affine("0.5", "0", 0, 0, 15), ValueError, "scale must be positive"),
+    (lambda: quant.quantize_affine(np.ones(3), -1.0, 0, 0, 15), ValueError, "scale must be positive"),
+    (lambda: quant.quantize_affine(0.5, 0.1, 0, 15, 0), ValueError, "qmin must be smaller"),
+    (lambda: quant.quantize_affine("zero point five", "0.1", 0, 0, 15), ValueError, "decimal string"),
+    (lambda: quant.quantize_affine(np.ones(3), np.ones(4), 0, 0, 15), ValueError, "does not broadcast"),
+    (lambda: quant.choose_qparams(np.ones((4, 10)), 4, group_size=3), ValueError, "must divide"),
+    (lambda: quant.choose_qparams(np.ones((4, 10)), 4, group_size=0), ValueError, "positive"),
+    (lambda: quant.choose_qparams(np.ones((4, 10)), 4, axis=2), ValueError, "axis must be in"),
+    (lambda: quant.choose_qparams(np.array([]), 4), ValueError, "empty"),
+    (lambda: quant.choose_qparams(np.array(["a"]), 4), TypeError, "real numbers"),
+    (lambda: quant.choose_qparams_affine(0.0, 1.0, 4, eps=0.0), ValueError, "eps must be positive"),
+    (lambda: quant.pack_int4(np.array([3, 16])), ValueError, "0..15"),
+    (lambda: quant.pack_int4(np.array([-1, 3])), ValueError, "0..15"),
+    (lambda: quant.pack_int4(np.array([1.0, 3.0])), TypeError, "integers"),
+    (lambda: quant.pack_int4(np.array([1, 3]), order="middle"), ValueError, "order must be one of"),
+    (lambda: quant.unpack_int4(np.array([1, 3], dtype=np.uint8), 6), ValueError, "n must be 3 or 4"),
+    (lambda: quant.dequantize(np.array([0, 16]), quant.QParams(0.1, 0, 4)), ValueError, "codes must lie in"),
+    (lambda: quant.quantize(np.ones((3, 4)), quant.QParams(np.ones(4), np.zeros(4, np.int32), 4, axis=0)),
+     ValueError, "needs"),
+])
+def test_bad_input_is_refused_clearly(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
