@@ -420,7 +420,8 @@ def _float_params(x, scale, zero_point):
         if zero_point.dtype == torch.bool or zero_point.is_complex():
             raise TypeError(f"zero_point must hold integers, got {zero_point.dtype}")
         zero_point = zero_point.to(x.dtype)
-        ok = bool(torch.isfinite(scale).all()) and bool((scale > 0).all())
+        if not (bool(torch.isfinite(scale).all()) and bool((scale > 0).all())):
+            raise ValueError("scale must be positive and finite (a zero scale divides by zero: floor it with eps)")
         inv_scale = 1.0 / scale
     else:
         scale = np.asarray(_float_scalar(scale, "scale") if isinstance(scale, (Fraction, Decimal, str)) else scale)
@@ -433,10 +434,9 @@ def _float_params(x, scale, zero_point):
             raise ValueError("zero_point must hold integers")
         scale = scale.astype(x.dtype, copy=False)
         zero_point = zero_point.astype(x.dtype)
-        ok = bool(np.isfinite(scale).all()) and bool((scale > 0).all())
+        if not (bool(np.isfinite(scale).all()) and bool((scale > 0).all())):
+            raise ValueError("scale must be positive and finite (a zero scale divides by zero: floor it with eps)")
         inv_scale = np.divide(1, scale, dtype=x.dtype)
-    if not ok:
-        raise ValueError("scale must be positive and finite (a zero scale divides by zero: floor it with eps)")
     shape = tuple(x.shape)
     return (_broadcastable(scale, shape, "scale"), _broadcastable(inv_scale, shape, "scale"),
             _broadcastable(zero_point, shape, "zero_point"))
