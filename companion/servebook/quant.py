@@ -344,7 +344,9 @@ def _choose_arrays(xp, lo, hi, qmin, qmax, mapping, eps, rounding, include_zero,
         scale = ((hi - lo) / (qmax - qmin)).clip(min=eps)
         zero_point = (qmin + rnd(-lo / scale)).clip(qmin, qmax)
     if exact_constant:
-        flat = lo == hi
+        # a flat range at a subnormal value keeps the eps floor: 1/|c| would overflow the dtype
+        tiny = (np.finfo if xp is np else xp.finfo)(lo.dtype).tiny
+        flat = (lo == hi) & ((lo == 0) | (xp.abs(lo) >= tiny))
         if bool(flat.any()):
             one = xp.ones_like(scale)
             scale = xp.where(flat, xp.where(lo == 0, one, xp.abs(lo)), scale)
@@ -423,6 +425,8 @@ def _float_params(x, scale, zero_point):
         if not (bool(torch.isfinite(scale).all()) and bool((scale > 0).all())):
             raise ValueError("scale must be positive and finite (a zero scale divides by zero: floor it with eps)")
         inv_scale = 1.0 / scale
+        if not bool(torch.isfinite(inv_scale).all()):
+            raise ValueError(f"scale is too small: 1 / scale overflows {x.dtype}")
     else:
         scale = np.asarray(_float_scalar(scale, "scale") if isinstance(scale, (Fraction, Decimal, str)) else scale)
         if scale.dtype.kind not in "fiu":
@@ -436,7 +440,10 @@ def _float_params(x, scale, zero_point):
         zero_point = zero_point.astype(x.dtype)
         if not (bool(np.isfinite(scale).all()) and bool((scale > 0).all())):
             raise ValueError("scale must be positive and finite (a zero scale divides by zero: floor it with eps)")
-        inv_scale = np.divide(1, scale, dtype=x.dtype)
+        with np.errstate(over="ignore"):
+            inv_scale = np.divide(1, scale, dtype=x.dtype)
+        if not bool(np.isfinite(inv_scale).all()):
+            raise ValueError(f"scale is too small: 1 / scale overflows {x.dtype}")
     shape = tuple(x.shape)
     return (_broadcastable(scale, shape, "scale"), _broadcastable(inv_scale, shape, "scale"),
             _broadcastable(zero_point, shape, "zero_point"))
