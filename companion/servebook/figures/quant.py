@@ -1,0 +1,246 @@
+"""Figures of the quantization-basics chapter: the grid, its ticks and gaps, ties, zero point, clipping, bits.
+
+Every number drawn is computed by :mod:`servebook.quant` on the seeds' example: weights in
+[-0.6, 0.9], INT4, r = 0.35 (C5), the outlier 1.4 (C6), the range [-1, 1] for bit widths (C8).
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import matplotlib
+import numpy as np
+from matplotlib.figure import Figure
+
+from .. import quant
+from ..quant import Rounding
+from . import _style
+
+GRID = "#b8860b"     # dark gold: representable values (the seeds' yellow ticks)
+TRUE = _style.WASTE  # red: the true weight
+SNAP = _style.ACCENT  # blue: where it lands
+ROUND = {Rounding.HALF_UP: quant.round_half_up, Rounding.HALF_EVEN: quant.round_half_even}
+
+
+def _grid(r_min: str, r_max: str, bits: int):
+    scale, zero_point = quant.choose_qparams_affine(r_min, r_max, bits)
+    qmin, qmax = quant.qrange(bits)
+    codes = np.arange(qmin, qmax + 1)
+    values = np.array([float(quant.dequantize_affine(int(q), scale, zero_point)) for q in codes])
+    return scale, zero_point, codes, values
+
+
+def _number_line(ax, low, high):
+    ax.axhline(0, color=_style.MUTED, linewidth=1, zorder=1)
+    ax.set_xlim(low, high)
+    ax.set_yticks([])
+    ax.grid(False)
+    ax.spines[["left"]].set_visible(False)
+
+
+def quant_fence_posts(r_min: str = "-0.6", r_max: str = "0.9", widths: tuple[int, ...] = (2, 3, 4)) -> Figure:
+    """Fence posts: 2^b ticks leave 2^b - 1 gaps, and the scale is the range over the gaps."""
+    low, high = Fraction(r_min), Fraction(r_max)
+    fig, axes = _style.new_figure(7.0, 1.05 * len(widths) + 0.6, nrows=len(widths), sharex=True)
+    with matplotlib.rc_context(_style.RC):
+        for ax, bits in zip(axes, widths, strict=True):
+            scale, _ = quant.choose_qparams_affine(r_min, r_max, bits)
+            qmin, qmax = quant.qrange(bits)
+            # the ticks r_min + k s, before the zero point is rounded (that is the next figure's story)
+            ticks = np.array([float(low + k * scale) for k in range(qmax - qmin + 1)])
+            _number_line(ax, float(low) - 0.05, float(high) + 0.05)
+            ax.plot(ticks, np.zeros_like(ticks), "|", color=GRID, markersize=20, markeredgewidth=2.2, zorder=3)
+            for left, right in zip(ticks[:-1], ticks[1:], strict=True):
+                ax.annotate("", (right, 0.32), (left, 0.32),
+                            arrowprops={"arrowstyle": "<->", "color": _style.MUTED, "linewidth": 0.8,
+                                        "shrinkA": 0, "shrinkB": 0})
+            ax.text((ticks[0] + ticks[1]) / 2, 0.42, f"s = {float(scale):.4g}", ha="left", va="bottom",
+                    fontsize=8, color=_style.MUTED)
+            ax.set_ylim(-0.45, 0.85)
+            ax.text(float(high) + 0.08, 0, f"b = {bits}: {len(ticks)} ticks,\n{len(ticks) - 1} gaps", va="center",
+                    fontsize=9, clip_on=False)
+        axes[-1].set_xlabel(f"real value r (range [{r_min}, {r_max}])")
+        axes[0].set_title("s = (r_max - r_min) / (2^b - 1): divide by the gaps, not by the ticks")
+    return fig
+
+
+def quant_int4_grid(r_min: str = "-0.6", r_max: str = "0.9", r: str = "0.35") -> Figure:
+    """The INT4 grid on [-0.6, 0.9]: 16 ticks a step s = 0.1 apart; 0.35 snaps to 0.4 (seed case C5)."""
+    scale, zero_point, codes, values = _grid(r_min, r_max, 4)
+    q = quant.quantize_affine(r, scale, zero_point, *quant.qrange(4))
+    r_hat = quant.dequantize_affine(q, scale, zero_point)
+    error = abs(r_hat - Fraction(r))
+    fig, ax = _style.new_figure(7.2, 2.4)
+    with matplotlib.rc_context(_style.RC):
+        _number_line(ax, values[0] - 0.06, values[-1] + 0.06)
+        ax.plot(values, np.zeros_like(values), "|", color=GRID, markersize=18, markeredgewidth=2, zorder=2)
+        for code, value in zip(codes, values, strict=True):
+            ax.text(value, -0.3, str(code), ha="center", va="top", fontsize=7, color=GRID)
+        ax.text(values[0] - 0.05, -0.3, "q:", ha="right", va="top", fontsize=7, color=GRID)
+        ax.plot([float(Fraction(r))], [0.25], "o", color=TRUE, markersize=7, zorder=4)
+        ax.plot([float(r_hat)], [0], "o", color=SNAP, markersize=8, zorder=4)
+        ax.annotate("", (float(r_hat), 0.06), (float(Fraction(r)), 0.25),
+                    arrowprops={"arrowstyle": "->", "color": TRUE, "linewidth": 1.4})
+        ax.text(float(Fraction(r)), 0.38, f"r = {r}", ha="center", color=TRUE, fontsize=9)
+        ax.text(float(r_hat) + 0.02, 0.16, f"r_hat = {float(r_hat):g} (q = {q})", color=SNAP, fontsize=9)
+        ax.text(float(Fraction(r)), 0.62, f"error = {float(error):g} = s/2", ha="center", fontsize=9)
+        ax.set_ylim(-0.55, 0.8)
+        ax.set_xticks(values[::3], [f"{v:.1f}" for v in values[::3]])
+        ax.set_xlabel("real value r")
+        ax.set_title(f"INT4 on [{r_min}, {r_max}]: {len(codes)} representable values, s = {float(scale):g}, "
+                     f"z = {zero_point}")
+    return fig
+
+
+def _tie_outcomes(r: str, r_min: str, r_max: str):
+    """Codes of ``r`` under each arithmetic and rounding: the rows and columns of the tie table."""
+    scale, zero_point = quant.choose_qparams_affine(r_min, r_max, 4)
+    qmin, qmax = quant.qrange(4)
+    s64, r64 = float(scale), float(Fraction(r))
+    s32, r32 = np.float32(s64), np.float32(r64)
+    rows = {
+        "exact (Fraction)": lambda rnd: quant.quantize_affine(r, scale, zero_point, qmin, qmax, rnd),
+        "float64, r / s": lambda rnd: int(ROUND[rnd](r64 / s64)) + zero_point,
+        "float64, r * (1/s)": lambda rnd: quant.quantize_affine(r64, s64, zero_point, qmin, qmax, rnd),
+        "float32, r * (1/s)": lambda rnd: int(quant.quantize_affine(np.array([r32]), s32, zero_point, qmin,
+                                                                     qmax, rnd)[0]),
+    }
+    quotients = {
+        "exact (Fraction)": str(Fraction(r) / scale),
+        "float64, r / s": repr(r64 / s64),
+        "float64, r * (1/s)": repr(r64 * (1 / s64)),
+        "float32, r * (1/s)": repr(float(r32 * (np.float32(1) / s32))),
+    }
+    return {name: (quotients[name], [f(rnd) for rnd in (Rounding.HALF_UP, Rounding.HALF_EVEN)])
+            for name, f in rows.items()}
+
+
+def quant_tie_breaking(cases: tuple[tuple[str, str, str], ...] = (("0.35", "-0.6", "0.9"),
+                                                                  ("0.3125", "-0.75", "1.125"))) -> Figure:
+    """Codes at two ties under each arithmetic and rounding rule: float64 division misses the C5 tie."""
+    fig, axes = _style.new_figure(8.0, 3.1, ncols=len(cases))
+    with matplotlib.rc_context(_style.RC):
+        for ax, (r, r_min, r_max) in zip(np.atleast_1d(axes), cases, strict=True):
+            outcomes = _tie_outcomes(r, r_min, r_max)
+            names = list(outcomes)
+            reference = outcomes["exact (Fraction)"][1][0]
+            ax.grid(False)
+            ax.set_xlim(-0.6, 2.7)
+            ax.set_ylim(len(names) - 0.5, -1.2)
+            ax.set_xticks([0.4, 1.75, 2.45], ["r / s", "half\nup", "half\neven"])
+            ax.xaxis.tick_top()
+            ax.set_yticks(range(len(names)), names)
+            ax.spines[:].set_visible(False)
+            ax.tick_params(length=0)
+            for i, name in enumerate(names):
+                quotient, codes = outcomes[name]
+                ax.text(0.4, i, quotient, ha="center", va="center", fontsize=8, family="DejaVu Sans Mono")
+                for j, code in enumerate(codes):
+                    colour = _style.WASTE if code != reference else _style.KV
+                    ax.text(1.75 + 0.7 * j, i, str(code), ha="center", va="center", fontsize=11,
+                            color=colour, weight="bold")
+            ax.set_title(f"r = {r} on [{r_min}, {r_max}]", fontsize=10, pad=28)
+        fig.suptitle("Code q at a tie: teal = the seeds' answer (exact, half-up), red = different", fontsize=10)
+    return fig
+
+
+def quant_zero_point(r_min: str = "-0.6", r_max: str = "0.9", bits: int = 4) -> Figure:
+    """The zero point: code z = 6 is the tick that sits exactly on real 0."""
+    scale, zero_point, codes, values = _grid(r_min, r_max, bits)
+    fig, ax = _style.new_figure(7.2, 2.6)
+    with matplotlib.rc_context(_style.RC):
+        ax.grid(False)
+        ax.set_yticks([1, 0], ["integer code q", "real value r = s (q - z)"])
+        ax.spines[["left"]].set_visible(False)
+        ax.tick_params(axis="y", length=0)
+        low, high = values[0], values[-1]
+        span = high - low
+        code_x = low + (codes - codes[0]) / (codes[-1] - codes[0]) * span
+        ax.hlines([0, 1], low - 0.03, high + 0.03, color=_style.MUTED, linewidth=1)
+        for code, x_code, value in zip(codes, code_x, values, strict=True):
+            highlight = code == zero_point
+            colour = SNAP if highlight else GRID
+            ax.plot([x_code, value], [1, 0], color=colour, linewidth=2.2 if highlight else 0.8, zorder=2)
+            ax.text(x_code, 1.1, str(code), ha="center", va="bottom", fontsize=8, color=colour,
+                    weight="bold" if highlight else "normal")
+        ax.plot([0.0], [0], "o", color=SNAP, zorder=3)
+        ax.annotate(f"q = z = {zero_point} lands on r = 0.0 exactly", (0.0, 0), (0.12, -0.45),
+                    color=SNAP, fontsize=9, arrowprops={"arrowstyle": "->", "color": SNAP})
+        ax.set_xticks([low, 0.0, high], [f"{low:g}", "0", f"{high:g}"])
+        ax.set_ylim(-0.7, 1.45)
+        ax.set_xlim(low - 0.05, high + 0.05)
+        ax.set_title(f"z = round(-r_min / s) = {zero_point}: real 0 is a code, so zeros are stored exactly")
+    return fig
+
+
+def quant_outlier_clipping(r_min: str = "-0.6", r_max: str = "0.9", outlier: str = "1.4") -> Figure:
+    """An outlier beyond r_max wants a code that does not exist and saturates at the top code (seed case C6)."""
+    scale, zero_point, codes, values = _grid(r_min, r_max, 4)
+    qmin, qmax = quant.qrange(4)
+    wanted = quant.round_half_up(Fraction(outlier) / scale) + zero_point
+    q = quant.quantize_affine(outlier, scale, zero_point, qmin, qmax)
+    r_hat = quant.dequantize_affine(q, scale, zero_point)
+    error = abs(Fraction(outlier) - r_hat)
+    ghosts = [float(quant.dequantize_affine(k, scale, zero_point)) for k in range(qmax + 1, wanted + 1)]
+    fig, ax = _style.new_figure(7.2, 2.4)
+    with matplotlib.rc_context(_style.RC):
+        _number_line(ax, values[0] - 0.05, float(Fraction(outlier)) + 0.3)
+        ax.plot(values, np.zeros_like(values), "|", color=GRID, markersize=18, markeredgewidth=2)
+        ax.plot(ghosts, np.zeros_like(ghosts), "|", color=_style.FREE, markersize=18, markeredgewidth=2)
+        for k, ghost in zip(range(qmax + 1, wanted + 1), ghosts, strict=True):
+            ax.text(ghost, -0.3, str(k), ha="center", va="top", fontsize=7, color=_style.MUTED)
+        ax.text(values[-1], -0.3, str(qmax), ha="center", va="top", fontsize=7, color=GRID)
+        ax.text(float(np.mean(ghosts)), 0.45, f"codes {qmax + 1}..{wanted} do not exist in 4 bits", ha="center",
+                fontsize=8, color=_style.MUTED)
+        x_out = float(Fraction(outlier))
+        ax.plot([x_out], [0.0], "o", color=TRUE, markersize=7, zorder=4)
+        ax.plot([float(r_hat)], [0.0], "o", color=SNAP, markersize=8, zorder=4)
+        ax.annotate("", (float(r_hat), -0.05), (x_out, -0.05),
+                    arrowprops={"arrowstyle": "->", "color": TRUE, "linewidth": 1.4,
+                                "connectionstyle": "arc3,rad=0.35"})
+        ax.text((x_out + float(r_hat)) / 2, -0.55, f"saturates at q = {q}: r_hat = {float(r_hat):g}, "
+                f"error {float(error):g} = {float(error / quant.error_bound(scale)):g} x s/2", ha="center",
+                fontsize=9, color=TRUE)
+        ax.text(x_out + 0.04, 0.0, f"r = {outlier}\nwants q = {wanted}", ha="left", va="center", fontsize=8,
+                color=TRUE)
+        ax.set_ylim(-0.75, 0.65)
+        ax.set_xlabel("real value r")
+        ax.set_title("Clipping: an outlier is capped at the top code; nothing wraps around")
+    return fig
+
+
+def quant_error_vs_bits(max_bits: int = 16, samples: int = 20_000, seed: int = 0) -> Figure:
+    """Worst-case error s/2 = 1/(2^b - 1) on [-1, 1] against bit width, with the measured maximum."""
+    bits = np.arange(1, max_bits + 1)
+    bounds = [float(quant.error_bound(quant.choose_qparams_affine(-1, 1, int(b))[0])) for b in bits]
+    x = np.random.default_rng(seed).uniform(-1, 1, samples)
+    x[:2] = (-1, 1)
+    measured = [float(quant.quantization_error(x, quant.choose_qparams(x, int(b))).max()) for b in bits]
+    fig, ax = _style.new_figure(6.8, 3.6)
+    with matplotlib.rc_context(_style.RC):
+        ax.semilogy(bits, bounds, "-", color=_style.WEIGHTS, label="bound s/2 = 1 / (2^b - 1)")
+        ax.semilogy(bits, measured, "o", color=_style.ACCENT, markersize=4,
+                    label=f"measured max error, {samples:,} uniform samples")
+        naive = [bounds[3] * 4 / b for b in bits]
+        ax.semilogy(bits, naive, ":", color=_style.MUTED, label="'error proportional to 1/b' (wrong)")
+        for b in (4, 8, 16):
+            bound = quant.error_bound(quant.choose_qparams_affine(-1, 1, b)[0])
+            ax.annotate(f"b = {b}: {bound}", (b, float(bound)), xytext=(6, 6), textcoords="offset points",
+                        fontsize=8)
+        ratio = quant.choose_qparams_affine(-1, 1, 4)[0] / quant.choose_qparams_affine(-1, 1, 8)[0]
+        ax.set_xlabel("bit width b")
+        ax.set_ylabel("worst rounding error on [-1, 1]")
+        ax.set_xticks(bits[::1 if max_bits <= 8 else 2] if max_bits > 1 else bits)
+        ax.set_title(f"Each extra bit roughly halves the error: INT4 is {ratio}x worse than INT8, not 2x")
+        ax.legend(loc="lower left", fontsize=8)
+    return fig
+
+
+FIGURES = {
+    "quant-fence-posts": quant_fence_posts,
+    "quant-int4-grid": quant_int4_grid,
+    "quant-tie-breaking": quant_tie_breaking,
+    "quant-zero-point": quant_zero_point,
+    "quant-outlier-clipping": quant_outlier_clipping,
+    "quant-error-vs-bits": quant_error_vs_bits,
+}
