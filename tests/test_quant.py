@@ -401,3 +401,37 @@ def test_nan_and_inf_are_refused(bad):
 def test_bad_input_is_refused_clearly(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+# --------------------------------------------------------------------------- the explorer widget
+
+
+def test_explorer_text_shows_the_seed_answers():
+    from servebook.widgets import quant as explorer
+
+    rows = dict(explorer.quant_explorer_rows())
+    assert rows["scale"].endswith("= 0.1") and rows["zero point"].startswith("z = 6")
+    assert rows["code"] == "q = 10" and rows["r_hat"].endswith("= 0.4")
+    assert rows["error"] == "|r - r_hat| = 0.05; bound s/2 = 0.05"
+    assert "q = 9 via r / s" in rows["float64"] and "misses the exact answer 10" in rows["float64"]
+    outlier = dict(explorer.quant_explorer_rows(r="1.4"))
+    assert outlier["code"] == "q = 15 (wanted 20: saturated, never wrapped)"
+    assert outlier["error"].endswith("10 x the bound")
+    tie = dict(explorer.quant_explorer_rows("-0.75", "1.125", 4, "0.3125", "half_even"))
+    assert tie["code"] == "q = 8" and "a tie" in tie["r / s"]
+    assert dict(explorer.quant_explorer_rows("-0.75", "1.125", 4, "0.3125", "half_up"))["code"] == "q = 9"
+    text = explorer.quant_explorer_text(bits=8)
+    assert "1/51 ≈ 0.01960784314" not in text and "0.005882352941" in text  # s8 = 1.5 / 255 = 1/170
+
+
+def test_explorer_widget_builds_and_reports_bad_input():
+    from servebook.widgets import quant as explorer
+
+    widget = explorer.quant_explorer()
+    inputs, out = widget.children
+    assert "q = 10" in out.value
+    min_box = inputs.children[0].children[0]
+    min_box.value = "2"  # r_min > r_max
+    assert "cannot compute" in out.value and "r_min &gt; r_max" in out.value
+    with pytest.raises(ValueError, match="r_min > r_max"):
+        explorer.quant_explorer_rows("2", "1")

@@ -51,7 +51,7 @@ __all__ = [
     "DEFAULT_EPS", "Mapping", "Rounding", "QParams",
     "qrange", "choose_qparams_affine", "quantize_affine", "dequantize_affine", "fake_quantize_affine",
     "choose_qparams", "quantize", "dequantize", "fake_quantize", "quantization_error", "error_bound",
-    "pack_int4", "unpack_int4", "round_half_up", "round_half_even",
+    "pack_int4", "unpack_int4", "round_half_up", "round_half_even", "rounding_function", "to_fraction",
 ]
 
 # The floor on the scale.  PyTorch's observers default to float32's machine
@@ -247,6 +247,17 @@ def round_half_even(v):
 def _rounder(rounding):
     rounding = _check_enum(rounding, Rounding, "rounding")
     return round_half_up if rounding is Rounding.HALF_UP else round_half_even
+
+
+def rounding_function(rounding: Rounding | str):
+    """:func:`round_half_up` or :func:`round_half_even`, by name (``"half_up"``) or member."""
+    return _rounder(rounding)
+
+
+def to_fraction(value) -> Fraction:
+    """An exact number (``Fraction``, ``Decimal``, ``int``, ``"0.35"``, ``"1/10"``, or a float at its
+    exact binary value) as a ``Fraction``: ``to_fraction("0.35") == Fraction(7, 20)``."""
+    return _to_fraction(value, "value")
 
 
 # --------------------------------------------------------------------------- choosing parameters
