@@ -82,3 +82,16 @@ def test_ci_runs_the_readme_test_command(root):
     command = "python -m pytest -n 2"
     assert f"```bash\n{command}\n```" in readme
     assert ci.rstrip().endswith(command)
+
+
+def test_preview_numbers_figures_and_links_references(book, tmp_path):
+    page = book / "chapters" / "01-a.qmd"
+    page.write_text(PAGE.replace("The answer is", "See @fig-demo and @sec-a-page [@kwon2023vllm]. The answer is")
+                    .replace('#| label: fig-demo', '#| label: fig-demo\n#| fig-cap: "A demo."'))
+    result = build.execute_page(page)
+    index = build.preview.write(book, [result], tmp_path / "html")
+    html = (tmp_path / "html" / "chapters" / "01-a.html").read_text()
+    assert '<a href="#fig-demo">Figure 1.1</a>' in html
+    assert '<a href="#sec-a-page">A page</a>' in html
+    assert "Figure 1.1: A demo." in html and "(kwon2023vllm)" in html
+    assert "chapters/01-a.html" in index.read_text()

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import __version__
+from . import __version__, preview
 
 ROOT_MARKER = "_quarto.yml"
 INLINE = re.compile(r"`\{python\}\s+([^`]+)`")
@@ -216,38 +216,6 @@ def write_notebooks(root: Path, out: Path) -> list[Path]:
     return written
 
 
-def write_preview(root: Path, results: list[PageResult], out: Path) -> Path:
-    """An HTML preview of executed pages (nbconvert), with an index page."""
-    from nbconvert import HTMLExporter
-    from traitlets.config import Config
-
-    config = Config()
-    config.TagRemovePreprocessor.remove_input_tags = ("remove_input",)
-    config.TagRemovePreprocessor.remove_all_outputs_tags = ()
-    config.TagRemovePreprocessor.remove_cell_tags = ("remove_cell",)
-    config.TagRemovePreprocessor.enabled = True
-    exporter = HTMLExporter(config=config)
-    links = []
-    for result in results:
-        relative = result.path.relative_to(root).with_suffix(".html")
-        target = out / relative
-        target.parent.mkdir(parents=True, exist_ok=True)
-        body, _ = exporter.from_notebook_node(result.notebook)
-        target.write_text(body)
-        title = next((c.source.splitlines()[0].lstrip("# ").split(" {#")[0]
-                      for c in result.notebook.cells if c.cell_type == "markdown" and c.source.startswith("#")),
-                     relative.stem)
-        links.append(f'<li><a href="{relative}">{title}</a> <small>({result.seconds:.1f} s)</small></li>')
-    index = out / "index.html"
-    index.write_text(
-        "<!doctype html><meta charset='utf-8'><title>Serving LLMs, by the numbers (preview)</title>"
-        "<h1>Serving LLMs, by the numbers</h1><p>Preview built without Quarto: every page executed "
-        "from a clean kernel. Cross-references and citations render only with <code>quarto render</code>.</p>"
-        f"<ol>{''.join(links)}</ol>"
-    )
-    return index
-
-
 def build(root: Path, render: bool = True) -> int:
     started = time.perf_counter()
     print(f"figures: {len(write_figures(root))} files written to {root / 'figures'}")
@@ -270,7 +238,7 @@ def build(root: Path, render: bool = True) -> int:
             shutil.copytree(root / "_build" / "notebooks", root / "_site" / "notebooks", dirs_exist_ok=True)
             print(f"site: {root / '_site' / 'index.html'} (quarto render)")
         else:
-            index = write_preview(root, results, root / "_build" / "html")
+            index = preview.write(root, results, root / "_build" / "html")
             print(f"site: {index} (HTML preview; install Quarto for the full site)")
     total = time.perf_counter() - started
     print(f"{len(results)} pages executed, {len(failures)} failed, {total:.1f} s in all")

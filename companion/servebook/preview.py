@@ -1,0 +1,147 @@
+"""An HTML preview of the executed book, for machines without Quarto.
+
+Quarto resolves cross-references, captions, callouts and citations when it
+renders the site.  The preview does a plain version of the same to executed
+notebooks, so an author without Quarto reads numbered figures and working
+links rather than raw ``@fig-`` markup: enough to review a page, not a
+replacement for ``quarto render``.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+HEADING_LABEL = re.compile(r"^(#+ .*?)\s*\{#((?:sec)-[\w-]+)[^}]*\}\s*$", re.M)
+HEADING_ATTRS = re.compile(r"^(#+ .*?)\s*\{[^}]*\}\s*$", re.M)
+EQUATION_LABEL = re.compile(r"\$\$\s*\{#(eq-[\w-]+)\}")
+TABLE_CAPTION = re.compile(r"^: (.*?)\s*\{#(tbl-[\w-]+)\}\s*$", re.M)
+FENCE = re.compile(r"^:::+.*$", re.M)
+REFERENCE = re.compile(r"(?<![\w@`/])-?@((?:sec|fig|tbl|eq)-[\w-]*\w)")
+CITATION = re.compile(r"\[([^\[\]]*?@[A-Za-z][^\[\]]*)\]")
+OPTION = re.compile(r"^#\|\s*([\w-]+)\s*:\s*(.*)$")
+
+
+@dataclass
+class Target:
+    page: str
+    text: str
+
+
+def _options(source: str) -> dict[str, str]:
+    found = {}
+    for line in source.splitlines():
+        match = OPTION.match(line)
+        if not match:
+            break
+        found[match.group(1)] = match.group(2).strip().strip('"').strip("'")
+    return found
+
+
+def collect_targets(pages: list[tuple[str, object]]) -> dict[str, Target]:
+    """Label -> where it lives and how a reference to it reads ("Figure 2.3", a section title)."""
+    targets: dict[str, Target] = {}
+    for position, (href, notebook) in enumerate(pages):
+        prefix = re.match(r"(\d+)-", Path(href).name)
+        number = int(prefix.group(1)) if prefix else position
+        counts = {"fig": 0, "tbl": 0, "eq": 0}
+
+        def add(label: str, kind: str, href=href, number=number, counts=counts) -> None:
+            counts[kind] += 1
+            name = {"fig": "Figure", "tbl": "Table", "eq": "Equation"}[kind]
+            targets[label] = Target(href, f"{name} {number}.{counts[kind]}")
+
+        for cell in notebook.cells:
+            if cell.cell_type == "markdown":
+                for title, label in HEADING_LABEL.findall(cell.source):
+                    targets[label] = Target(href, title.lstrip("# ").strip())
+                for label in EQUATION_LABEL.findall(cell.source):
+                    add(label, "eq")
+                for _, label in TABLE_CAPTION.findall(cell.source):
+                    add(label, "tbl")
+            else:
+                label = _options(cell.source).get("label", "")
+                if label.startswith(("fig-", "tbl-")):
+                    add(label, label[:3])
+    return targets
+
+
+def _link(label: str, targets: dict[str, Target], here: str) -> str:
+    target = targets.get(label)
+    if target is None:
+        return f"**??{label}**"
+    href = f"#{label}" if target.page == here else f"{_relative(here, target.page)}#{label}"
+    return f"[{target.text}]({href})"
+
+
+def _relative(here: str, there: str) -> str:
+    depth = here.count("/")
+    return "../" * depth + there
+
+
+def render_markdown(source: str, targets: dict[str, Target], here: str) -> str:
+    """Quarto markup -> plain Markdown with anchors, numbered links and visible citations."""
+    source = HEADING_LABEL.sub(lambda m: f'{m.group(1)} <a id="{m.group(2)}"></a>', source)
+    source = HEADING_ATTRS.sub(lambda m: m.group(1), source)
+    source = EQUATION_LABEL.sub(lambda m: f'$$ <a id="{m.group(1)}"></a>({targets[m.group(1)].text})', source)
+    source = TABLE_CAPTION.sub(
+        lambda m: f'<a id="{m.group(2)}"></a>*{targets[m.group(2)].text}: {m.group(1)}*', source)
+    source = FENCE.sub("", source)
+    source = CITATION.sub(lambda m: "(" + html.escape(m.group(1).replace("@", "")) + ")", source)
+    return REFERENCE.sub(lambda m: _link(m.group(1), targets, here), source)
+
+
+def prepare(notebook, targets: dict[str, Target], here: str):
+    """Rewrite one executed notebook for the preview, in place; captions follow their figures."""
+    import nbformat
+
+    cells = []
+    for cell in notebook.cells:
+        if cell.cell_type == "markdown":
+            cell.source = render_markdown(cell.source, targets, here)
+            cells.append(cell)
+            continue
+        cells.append(cell)
+        options = _options(cell.source)
+        label = options.get("label", "")
+        caption = options.get("fig-cap") or options.get("tbl-cap")
+        if label in targets and caption:
+            text = render_markdown(caption, targets, here)
+            cells.append(nbformat.v4.new_markdown_cell(f'<a id="{label}"></a>*{targets[label].text}: {text}*'))
+    notebook.cells = cells
+    return notebook
+
+
+def write(root: Path, results: list, out: Path) -> Path:
+    """Write each executed page as HTML under ``out`` and an index page; return the index."""
+    from nbconvert import HTMLExporter
+    from traitlets.config import Config
+
+    config = Config()
+    config.TagRemovePreprocessor.enabled = True
+    config.TagRemovePreprocessor.remove_input_tags = ("remove_input",)
+    config.TagRemovePreprocessor.remove_cell_tags = ("remove_cell",)
+    exporter = HTMLExporter(config=config)
+
+    pages = [(str(r.path.relative_to(root).with_suffix(".html")), r.notebook) for r in results]
+    targets = collect_targets(pages)
+    links = []
+    for (href, notebook), result in zip(pages, results, strict=True):
+        body, _ = exporter.from_notebook_node(prepare(notebook, targets, href))
+        target = out / href
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(body, encoding="utf-8")
+        title = next((c.source.splitlines()[0].lstrip("# ").split(" <a id")[0]
+                      for c in notebook.cells if c.cell_type == "markdown" and c.source.startswith("# ")), href)
+        links.append(f'<li><a href="{href}">{html.escape(title)}</a> <small>({result.seconds:.1f} s)</small></li>')
+    index = out / "index.html"
+    index.write_text(
+        "<!doctype html><meta charset='utf-8'><title>Serving LLMs, by the numbers (preview)</title>"
+        "<h1>Serving LLMs, by the numbers</h1><p>Preview built without Quarto: every page executed "
+        "from a clean kernel. Citations, callouts and search render only with <code>quarto render</code>.</p>"
+        f"<ol>{''.join(links)}</ol>",
+        encoding="utf-8",
+    )
+    return index
