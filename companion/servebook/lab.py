@@ -735,7 +735,9 @@ class LabConfig:
     repeats: int = 5
     perplexity_window: int = 128
     perplexity_tokens: int = 16_384
-    memory_budget: int | None = None   # bytes a measurement may use; None: the device's free memory (CUDA)
+    # Bytes free for a measurement's KV cache (and, before a random model is built, for its weights);
+    # None: the device's free memory on CUDA, no check on a CPU.
+    memory_budget: int | None = None
     vllm: bool = True
     seed: int = 0
 
