@@ -113,6 +113,10 @@ def _token_ids(tokens: Iterable[int], name: str = "tokens") -> list[int]:
         ids = list(tokens)
     except TypeError:
         raise TypeError(f"{name} must be a sequence of token ids (ints), got {tokens!r}") from None
+    if not ids:
+        raise ValueError(f"{name} must hold at least one token")
+    if set(map(type, ids)) == {int} and min(ids) >= 0 and max(ids) < _TOKEN_LIMIT:
+        return ids  # the common case, checked at C speed
     for i, t in enumerate(ids):
         if type(t) is not int:
             if isinstance(t, bool) or not isinstance(t, Integral):
@@ -215,6 +219,8 @@ class BlockPool:
     further back; spending an empty block first loses nothing.)
     """
 
+    __slots__ = ("num_blocks", "block_size", "blocks", "_free", "_cached_free", "_by_hash", "tokens_in_use")
+
     def __init__(self, num_blocks: int, block_size: int) -> None:
         self.num_blocks = _whole("num_blocks", num_blocks, 1)
         self.block_size = _whole("block_size", block_size, 1)
@@ -309,13 +315,16 @@ class BlockPool:
 # Per-sequence bookkeeping
 
 class _Sequence:
-    __slots__ = ("table", "num_tokens", "hashes", "cached_tokens")
+    __slots__ = ("table", "hashes", "cached_tokens")
 
-    def __init__(self, table: list[Block], num_tokens: int, hashes: list[bytes], cached_tokens: int) -> None:
+    def __init__(self, table: list[Block], hashes: list[bytes], cached_tokens: int) -> None:
         self.table = table              # logical block i -> physical block
-        self.num_tokens = num_tokens
         self.hashes = hashes            # chained hash of each full logical block
         self.cached_tokens = cached_tokens
+
+    def num_tokens(self, block_size: int) -> int:
+        # Every block but the last is full, so the length needs no counter of its own.
+        return (len(self.table) - 1) * block_size + len(self.table[-1].tokens)
 
 
 class PagedAllocator:
@@ -330,12 +339,13 @@ class PagedAllocator:
     An operation that fails (bad input, or :class:`OutOfBlocks`) changes nothing.
     """
 
+    __slots__ = ("pool", "block_size", "prefix_caching", "_seqs", "prefix_queried_tokens", "prefix_hit_tokens")
+
     def __init__(self, num_blocks: int, block_size: int = 16, *, prefix_caching: bool = False) -> None:
         self.pool = BlockPool(num_blocks, block_size)
         self.block_size = self.pool.block_size
         self.prefix_caching = bool(prefix_caching)
         self._seqs: dict[Hashable, _Sequence] = {}
-        self._logical_tokens = 0
         self.prefix_queried_tokens = 0
         self.prefix_hit_tokens = 0
 
@@ -365,7 +375,7 @@ class PagedAllocator:
         return [t for block in self._get(seq_id).table for t in block.tokens]
 
     def num_tokens(self, seq_id: Hashable) -> int:
-        return self._get(seq_id).num_tokens
+        return self._get(seq_id).num_tokens(self.block_size)
 
     def cached_tokens(self, seq_id: Hashable) -> int:
         """Prompt tokens of ``seq_id`` served from the prefix cache at allocation (no prefill needed)."""
@@ -389,7 +399,8 @@ class PagedAllocator:
         return PagedUsage(
             slots_total=self.slots_total, slots_reserved=self.slots_reserved, tokens_stored=pool.tokens_in_use,
             block_size=self.block_size, blocks_total=pool.num_blocks, blocks_used=pool.num_used,
-            blocks_free=pool.num_free, blocks_cached=pool.num_cached, logical_tokens=self._logical_tokens,
+            blocks_free=pool.num_free, blocks_cached=pool.num_cached,
+            logical_tokens=sum(seq.num_tokens(self.block_size) for seq in self._seqs.values()),
             prefix_queried_tokens=self.prefix_queried_tokens, prefix_hit_tokens=self.prefix_hit_tokens,
         )
 
@@ -463,8 +474,7 @@ class PagedAllocator:
                 pool.register(block, hashes[i])
             table.append(block)
         cached = len(hits) * bs
-        self._seqs[seq_id] = _Sequence(table, len(tokens), hashes, cached)
-        self._logical_tokens += len(tokens)
+        self._seqs[seq_id] = _Sequence(table, hashes, cached)
         if self.prefix_caching:
             self.prefix_queried_tokens += len(tokens)
             self.prefix_hit_tokens += cached
@@ -487,23 +497,23 @@ class PagedAllocator:
             token = _token_ids([token], "token")[0]
         pool = self.pool
         last = seq.table[-1]
-        if len(last.tokens) == self.block_size:
+        slots = last.tokens
+        if len(slots) == self.block_size:
             last = pool.take()  # may raise OutOfBlocks before anything changed
             seq.table.append(last)
+            slots = last.tokens
         elif last.ref_count > 1:
             # Copy-on-write: the partly filled last block is shared (a fork); writing
             # into it would change the other sequence's tokens, so write into a copy.
             copy = pool.take()
-            copy.tokens = last.tokens.copy()
-            pool.tokens_in_use += len(copy.tokens)
+            copy.tokens = slots = slots.copy()
+            pool.tokens_in_use += len(slots)
             pool.release(last)
             seq.table[-1] = last = copy
-        last.tokens.append(token)
+        slots.append(token)
         pool.tokens_in_use += 1
-        seq.num_tokens += 1
-        self._logical_tokens += 1
-        if self.prefix_caching and len(last.tokens) == self.block_size:
-            key = block_hash(seq.hashes[-1] if seq.hashes else None, last.tokens)
+        if self.prefix_caching and len(slots) == self.block_size:
+            key = block_hash(seq.hashes[-1] if seq.hashes else None, slots)
             seq.hashes.append(key)
             pool.register(last, key)
 
@@ -516,8 +526,7 @@ class PagedAllocator:
             raise ValueError(f"child_id {child_id!r} is already allocated")
         for block in parent.table:
             self.pool.share(block)
-        self._seqs[child_id] = _Sequence(list(parent.table), parent.num_tokens, list(parent.hashes), 0)
-        self._logical_tokens += parent.num_tokens
+        self._seqs[child_id] = _Sequence(list(parent.table), list(parent.hashes), 0)
 
     def free(self, seq_id: Hashable) -> None:
         """Return ``seq_id``'s blocks, last block first.
@@ -529,7 +538,6 @@ class PagedAllocator:
         del self._seqs[seq_id]
         for block in reversed(seq.table):
             self.pool.release(block)
-        self._logical_tokens -= seq.num_tokens
 
 
 # ---------------------------------------------------------------------------

@@ -1,0 +1,107 @@
+"""Figures of the continuous-batching chapter: KV memory and batch size over time, from the simulator.
+
+Both figures take ``runs``, a dict ``(policy, allocator) -> SimulationResult``
+(what :func:`servebook.batching.simulate` returns); by default they simulate
+the chapter's workload: Llama-2-13B in FP16 on a 40 GiB A100 with 4 GiB set
+aside, 1,000 requests with log-normal lengths, all queued at time 0.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import matplotlib
+import numpy as np
+from matplotlib.figure import Figure
+
+from .. import batching, memory, models
+from ..units import GiB
+from . import _style
+
+GPU_BYTES = 40 * GiB
+OVERHEAD_BYTES = 4 * GiB
+BANDWIDTH = 1.555e12   # bytes/s, A100 40 GB
+PEAK_FLOPS = 312e12    # FP16 tensor-core FLOP/s, A100
+
+
+@lru_cache(maxsize=4)
+def default_runs(n_requests: int = 1000, seed: int = 0, model: str = "llama-2-13b", max_len: int = 2048):
+    """The chapter's four runs: static and continuous batching, naive and paged allocation."""
+    spec = models.get(model)
+    plan = memory.capacity_plan(gpu=GPU_BYTES, weights=memory.weight_bytes(spec.n_params),
+                                per_request=memory.kv_cache_bytes(spec, max_len), overhead=OVERHEAD_BYTES)
+    kv_slots = plan.kv_pool // memory.kv_bytes_per_token(spec)
+    cost = batching.IterationCost.for_model(spec, bandwidth=BANDWIDTH, peak_flops=PEAK_FLOPS)
+    trace = batching.sample_trace(n_requests, seed=seed, max_len=max_len)
+    return {(policy, allocator): batching.simulate(trace, kv_slots=kv_slots, policy=policy, allocator=allocator,
+                                                   max_len=max_len, cost=cost)
+            for policy in batching.POLICIES for allocator in batching.ALLOCATORS}
+
+
+def _binned(result: batching.SimulationResult, values: np.ndarray, n_bins: int = 300, until: float | None = None):
+    """Time-weighted means of a per-iteration series in ``n_bins`` equal time bins (keeps the SVG small)."""
+    steps = result.steps
+    start = steps["time_s"] - steps["dt"]
+    edges = np.linspace(0, steps["time_s"][-1] if until is None else until, n_bins + 1)
+    weight, _ = np.histogram(start, bins=edges, weights=steps["dt"])
+    total, _ = np.histogram(start, bins=edges, weights=values * steps["dt"])
+    centres = (edges[:-1] + edges[1:]) / 2
+    keep = weight > 0
+    return centres[keep], total[keep] / weight[keep]
+
+
+def kv_memory_over_time(runs: dict | None = None, policy: str = "continuous") -> Figure:
+    """Share of the KV pool holding tokens, reserved but empty, and free, over time: naive vs paged."""
+    runs = runs if runs is not None else default_runs()
+    fig, axes = _style.new_figure(7.2, 3.4, ncols=2, sharey=True)
+    with matplotlib.rc_context(_style.RC):
+        for ax, allocator in zip(axes, ("naive", "paged"), strict=True):
+            result = runs[policy, allocator]
+            total = result.slots_total
+            t, stored = _binned(result, result.steps["tokens_stored"] / total)
+            _, reserved = _binned(result, result.steps["slots_reserved"] / total)
+            ax.stackplot(t, 100 * stored, 100 * (reserved - stored), 100 * (1 - reserved),
+                         colors=[_style.KV, _style.WASTE, _style.FREE],
+                         labels=["holds tokens", "reserved, empty", "free"])
+            share = result.summary().kv_token_share
+            ax.set_title(f"{allocator}: {100 * share:.1f} % of reserved memory holds tokens", fontsize=9.5)
+            ax.set_xlabel("time (s, modelled)")
+            ax.set_xlim(0, t[-1])
+            ax.set_ylim(0, 100)
+            ax.grid(False)
+        axes[0].set_ylabel("share of the KV pool (%)")
+        axes[1].legend(loc="lower left", fontsize=8, frameon=True)
+        fig.suptitle(f"KV memory under {policy} batching, Llama-2-13B on a 40 GiB GPU", fontsize=10.5)
+    return fig
+
+
+def batch_size_over_time(runs: dict | None = None, window_s: float = 120.0) -> Figure:
+    """Requests running during the first ``window_s`` seconds, static vs continuous, for each allocator."""
+    runs = runs if runs is not None else default_runs()
+    fig, axes = _style.new_figure(7.2, 3.4, ncols=2)
+    colours = {"static": _style.MUTED, "continuous": _style.ACCENT}
+    with matplotlib.rc_context(_style.RC):
+        for ax, allocator in zip(axes, ("naive", "paged"), strict=True):
+            peak = 1
+            for policy in batching.POLICIES:
+                result = runs[policy, allocator]
+                peak = max(peak, int(result.steps["running"].max()))
+                t, running = _binned(result, result.steps["running"].astype(float), n_bins=480, until=window_s)
+                mean = result.summary().mean_running
+                ax.plot(t, running, color=colours[policy], linewidth=1.1, drawstyle="steps-mid",
+                        label=f"{policy} (mean {mean:.1f} over the run)")
+            ax.set_title(f"{allocator} allocator", fontsize=10)
+            ax.set_xlabel(f"time (s, modelled), first {window_s:g} s")
+            ax.set_xlim(0, window_s)
+            ax.set_ylim(0, 1.3 * peak)  # headroom for the legend
+            ax.legend(fontsize=7.5, loc="upper right")
+        axes[0].set_ylabel("requests running")
+        fig.suptitle("Continuous batching refills the batch every iteration; a static batch drains to its slowest "
+                     "request", fontsize=9.5)
+    return fig
+
+
+FIGURES = {
+    "batching-kv-memory-over-time": kv_memory_over_time,
+    "batching-batch-size-over-time": batch_size_over_time,
+}

@@ -1,0 +1,176 @@
+"""Figures of the paged-attention chapter: naive vs paged waste, block tables, waste against block size."""
+
+from __future__ import annotations
+
+import matplotlib
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.patches import ConnectionPatch, Rectangle
+
+from .. import paging
+from ..paging import PagedAllocator
+from . import _style
+
+TAIL = "#f0ad4e"  # amber: the empty tail of the last block
+
+
+def naive_vs_paged(n_tokens: int = 100, max_len: int = 2048, block_size: int = 16) -> Figure:
+    """Token slots of one request: a naive max_len reservation against whole blocks (seed case C4)."""
+    naive_waste = paging.naive_waste(n_tokens, max_len)
+    n_blocks = paging.blocks_needed(n_tokens, block_size)
+    tail = paging.paged_waste(n_tokens, block_size)
+    fig, (top, zoom) = _style.new_figure(7.2, 3.8, nrows=2, height_ratios=[1.1, 1])
+    with matplotlib.rc_context(_style.RC):
+        for ax in (top, zoom):
+            ax.grid(False)
+            ax.spines[["left"]].set_visible(False)
+        rows = {"naive": 1, "paged": 0}
+        top.barh(rows["naive"], n_tokens, color=_style.KV, height=0.55, label=f"tokens stored ({n_tokens})")
+        top.barh(rows["naive"], naive_waste, left=n_tokens, color=_style.WASTE, height=0.55,
+                 label=f"reserved, never used ({naive_waste:,})")
+        top.barh(rows["paged"], n_tokens, color=_style.KV, height=0.55)
+        top.barh(rows["paged"], tail, left=n_tokens, color=TAIL, height=0.55,
+                 label=f"empty tail of the last block ({tail})")
+        top.set_yticks([rows["naive"], rows["paged"]], [f"naive\n(max_len {max_len:,})",
+                                                        f"paged\n(blocks of {block_size})"])
+        top.set_xlim(0, max_len)
+        top.set_xlabel("token slots reserved for one request")
+        top.set_title(f"A {n_tokens}-token request: {naive_waste:,} slots wasted naively, {tail} with paging")
+        top.legend(loc="upper right", bbox_to_anchor=(1, 0.78), fontsize=8)
+        top.add_patch(Rectangle((0, -0.45), (n_blocks + 1) * block_size, 0.9, fill=False,
+                                edgecolor=_style.MUTED, linestyle=":", linewidth=1))
+
+        zoom.barh(0, n_tokens, color=_style.KV, height=0.5)
+        zoom.barh(0, tail, left=n_tokens, color=TAIL, height=0.5)
+        for k in range(n_blocks + 1):
+            zoom.axvline(k * block_size, ymin=0.2, ymax=0.8, color=_style.ACCENT, linewidth=1.2)
+        for k in range(n_blocks):
+            zoom.text((k + 0.5) * block_size, 0.42, f"block {k}", ha="center", va="bottom", fontsize=8,
+                      color=_style.ACCENT)
+        zoom.set_yticks([0], ["paged,\nzoomed"])
+        zoom.set_ylim(-0.6, 0.75)
+        zoom.set_xlim(0, (n_blocks + 1) * block_size)
+        zoom.set_xticks([k * block_size for k in range(n_blocks + 2)])
+        zoom.set_xlabel(f"{n_blocks} blocks = {n_blocks * block_size} slots for {n_tokens} tokens")
+    return fig
+
+
+def _walkthrough_allocator() -> PagedAllocator:
+    """The chapter's walk-through: two samples of one prompt, and a second request with the same prefix."""
+    kv = PagedAllocator(num_blocks=12, block_size=4, prefix_caching=True)
+    prompt = [101, 102, 103, 104, 105, 106, 107, 108, 109, 110]
+    kv.allocate("A", prompt)
+    kv.fork("A", "A'")
+    kv.append("A", 201)
+    kv.append("A'", 301)
+    kv.allocate("B", prompt[:8] + [401, 402, 403, 404, 405])
+    return kv
+
+
+def block_tables(allocator: PagedAllocator | None = None) -> Figure:
+    """Logical blocks of each sequence, arrows to the physical blocks they use; shared blocks outlined."""
+    kv = allocator if allocator is not None else _walkthrough_allocator()
+    pool = kv.pool
+    bs = kv.block_size
+    seqs = kv.sequences
+    colours = {s: _style.SEQUENCE[i % len(_style.SEQUENCE)] for i, s in enumerate(seqs)}
+    owners: dict[int, list] = {}
+    for s in seqs:
+        for b in kv.block_table(s):
+            owners.setdefault(b, []).append(s)
+    n_phys = pool.num_blocks
+    width = max(7.0, 0.62 * n_phys + 1.6)
+    fig, ax = _style.new_figure(width, 1.25 + 0.75 * len(seqs) + 1.6)
+    with matplotlib.rc_context(_style.RC):
+        ax.set_axis_off()
+        cell = 1.0 / bs
+        phys_y = 0.0
+        # Physical blocks: a row of boxes, each with one cell per slot.
+        for block in pool.blocks:
+            x = block.block_id * 1.25
+            shared = len(owners.get(block.block_id, ())) > 1
+            for k in range(bs):
+                filled = k < len(block.tokens)
+                if block.ref_count == 0:
+                    face = _style.FREE if not filled else "#bcd9d7"
+                elif shared:
+                    face = "#ffffff"
+                else:
+                    face = colours[owners[block.block_id][0]] if filled else "#ffffff"
+                ax.add_patch(Rectangle((x + k * cell, phys_y), cell, 0.8, facecolor=face,
+                                       edgecolor="#ffffff", linewidth=0.5))
+                if shared and filled:
+                    ax.add_patch(Rectangle((x + k * cell, phys_y), cell, 0.8, facecolor="#ffffff",
+                                           edgecolor=_style.MUTED, hatch="////", linewidth=0))
+            ax.add_patch(Rectangle((x, phys_y), 1.0, 0.8, fill=False,
+                                   edgecolor=_style.WASTE if shared else _style.MUTED,
+                                   linewidth=2.2 if shared else 0.8))
+            label = f"{block.block_id}"
+            if block.ref_count > 1:
+                label += f"\nref {block.ref_count}"
+            elif block.ref_count == 0 and block.block_hash is not None:
+                label += "\ncached"
+            ax.text(x + 0.5, phys_y - 0.12, label, ha="center", va="top", fontsize=7.5, color=_style.MUTED)
+        ax.text(-0.2, phys_y + 0.4, "physical\nblocks", ha="right", va="center", fontsize=9)
+        # Each sequence: its logical blocks in a row, arrows to the physical ones.
+        for row, s in enumerate(reversed(seqs)):
+            y = 1.9 + 1.05 * row
+            table = kv.block_table(s)
+            for logical, phys in enumerate(table):
+                x = logical * 1.25
+                n_filled = len(pool.blocks[phys].tokens)
+                for k in range(bs):
+                    ax.add_patch(Rectangle((x + k * cell, y), cell, 0.6,
+                                           facecolor=colours[s] if k < n_filled else "#ffffff",
+                                           edgecolor="#ffffff", linewidth=0.5))
+                ax.add_patch(Rectangle((x, y), 1.0, 0.6, fill=False, edgecolor=colours[s], linewidth=1))
+                ax.text(x + 0.5, y + 0.66, f"L{logical}", ha="center", va="bottom", fontsize=7, color=_style.MUTED)
+                ax.add_artist(ConnectionPatch((x + 0.5, y), (phys * 1.25 + 0.5, phys_y + 0.8), "data", "data",
+                                              arrowstyle="-|>", color=colours[s], linewidth=0.9, alpha=0.8,
+                                              shrinkA=1, shrinkB=1, zorder=0))
+            ax.text(-0.2, y + 0.3, f"seq {s}\n{kv.num_tokens(s)} tokens", ha="right", va="center", fontsize=9,
+                    color=colours[s])
+        top = 1.9 + 1.05 * len(seqs)
+        ax.set_xlim(-1.6, n_phys * 1.25)
+        ax.set_ylim(-0.75, top + 0.1)
+        ax.set_title("Block tables map each sequence's logical blocks to physical blocks "
+                     "(red outline, hatched: shared)", fontsize=10)
+    return fig
+
+
+def waste_vs_block_size(n_tokens_mean: int = 300, block_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128),
+                        seed: int = 0, n_requests: int = 2000) -> Figure:
+    """Tail waste per request against block size: about (block_size - 1) / 2, never more than block_size - 1."""
+    rng = np.random.default_rng(seed)
+    sigma = 1.0
+    lengths = np.maximum(1, np.rint(rng.lognormal(np.log(n_tokens_mean) - sigma**2 / 2, sigma, n_requests)))
+    lengths = lengths.astype(int)
+    mean_waste = [np.mean([paging.paged_waste(int(n), b) for n in lengths]) for b in block_sizes]
+    share = [np.sum([paging.paged_waste(int(n), b) for n in lengths]) /
+             np.sum([paging.paged_slots(int(n), b) for n in lengths]) for b in block_sizes]
+    fig, (left, right) = _style.new_figure(7.2, 3.2, ncols=2)
+    with matplotlib.rc_context(_style.RC):
+        left.plot(block_sizes, mean_waste, "o-", color=TAIL, label="mean tail waste (simulated lengths)")
+        left.plot(block_sizes, [(b - 1) / 2 for b in block_sizes], "--", color=_style.MUTED, label="(b - 1) / 2")
+        left.plot(block_sizes, [b - 1 for b in block_sizes], ":", color=_style.WASTE, label="worst case b - 1")
+        left.set_xscale("log", base=2)
+        left.set_xticks(block_sizes, [str(b) for b in block_sizes])
+        left.set_xlabel("block size b (tokens)")
+        left.set_ylabel("empty slots per request")
+        left.legend(fontsize=8)
+        right.plot(block_sizes, 100 * np.array(share), "o-", color=_style.WASTE)
+        right.set_xscale("log", base=2)
+        right.set_xticks(block_sizes, [str(b) for b in block_sizes])
+        right.set_xlabel("block size b (tokens)")
+        right.set_ylabel("share of reserved slots empty (%)")
+        right.set_ylim(0, None)
+        fig.suptitle(f"Tail waste grows with the block size ({n_requests:,} requests, mean {n_tokens_mean} tokens)",
+                     fontsize=10)
+    return fig
+
+
+FIGURES = {
+    "paging-naive-vs-paged": naive_vs_paged,
+    "paging-block-tables": block_tables,
+    "paging-waste-vs-block-size": waste_vs_block_size,
+}
