@@ -275,12 +275,12 @@ def _lever_workload(w: Workload, lever: str) -> tuple[Workload, str]:
 
 
 def _note(lever: str, base: Served, new: Served, w: Workload) -> str:
+    if new.change.startswith("already"):
+        return new.change
     if lever == "PagedAttention":
         return (f"KV per request {base.reserved_per_request / MiB:,.0f} -> {new.reserved_per_request / MiB:,.0f} MiB;"
                 f" fits {base.fits} -> {new.fits}")
     if lever == "continuous batching":
-        if w.batching == "continuous":
-            return "already on"
         if not w.output_len_max or w.output_len_max == w.output_len:
             return "outputs all the same length: no idle slots to reclaim"
         return f"static batches idle {1 - w.output_len / w.output_len_max:.0%} of decode slots; reclaims them"
