@@ -435,3 +435,32 @@ def test_explorer_widget_builds_and_reports_bad_input():
     assert "cannot compute" in out.value and "r_min &gt; r_max" in out.value
     with pytest.raises(ValueError, match="r_min > r_max"):
         explorer.quant_explorer_rows("2", "1")
+
+
+@pytest.mark.parametrize("rounding", list(Rounding))
+@pytest.mark.parametrize("axis", [None, 0, 1])
+def test_torch_device_path_matches_the_cpu_kernels(monkeypatch, rounding, axis):
+    """Off the CPU (or in bfloat16) tensors take torch's own operations: same answers, bit for bit."""
+    x = torch.from_numpy(_tie_heavy(3, (12, 40), 0.125))
+    qparams = quant.choose_qparams(x, 4, axis=axis)
+    codes = quant.quantize(x, qparams, rounding)
+    fake = quant.fake_quantize(x, qparams, rounding)
+    back = quant.dequantize(codes, qparams)
+    monkeypatch.setattr(quant, "_numpy_view", lambda value: None)  # as if x lived on a GPU
+    device_qparams = quant.choose_qparams(x, 4, axis=axis)
+    assert torch.equal(device_qparams.scale, qparams.scale)
+    assert torch.equal(device_qparams.zero_point, qparams.zero_point)
+    assert torch.equal(quant.quantize(x, qparams, rounding), codes)
+    assert torch.equal(quant.fake_quantize(x, qparams, rounding), fake)
+    assert torch.equal(quant.dequantize(codes, qparams), back)
+    assert torch.equal(back, fake)
+    with pytest.raises(ValueError, match="finite"):
+        quant.fake_quantize(torch.tensor([0.0, float("nan")]), quant.QParams(0.1, 0, 4))
+
+
+def test_bfloat16_tensors_take_the_torch_path():
+    x = torch.linspace(-1, 1, 64, dtype=torch.bfloat16)
+    qparams = quant.choose_qparams(x, 4)
+    fake = quant.fake_quantize(x, qparams)
+    assert fake.dtype == torch.bfloat16
+    assert float((fake.float() - x.float()).abs().max()) <= float(qparams.scale) / 2 + 0.01

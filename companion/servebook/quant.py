@@ -548,13 +548,54 @@ def _affine_torch(x, scale, inv_scale, zero_point, qmin, qmax, rounding, fake):
     return v.to(_code_dtype(qmin, qmax, torch_backend=True))
 
 
+def _numpy_view(value):
+    """A CPU tensor's memory as a numpy array (no copy); None for other devices and dtypes numpy lacks.
+
+    Tensors on the CPU run the numpy kernels on their own memory: the same IEEE operations as
+    torch's, so the same bits, without the cost of torch's intra-op thread pool on small tensors.
+    """
+    torch = _torch()
+    if not _is_tensor(value) or value.device.type != "cpu" or value.dtype in (torch.bfloat16, torch.bool) \
+            or value.is_complex() or value.is_quantized:
+        return None
+    try:
+        return value.detach().resolve_conj().numpy()
+    except (TypeError, RuntimeError):
+        return None
+
+
+def _to_tensor(array, like):
+    torch = _torch()
+    if array.dtype == np.uint16:  # torch's uint16 supports few operations
+        array = array.astype(np.int32)
+    return torch.from_numpy(np.asarray(array, order="C")).to(like.device)
+
+
+def _as_numpy_params(*params):
+    """Tensor parameters as numpy arrays when all of them live on the CPU, else None."""
+    converted = []
+    for param in params:
+        if _is_tensor(param):
+            view = _numpy_view(param)
+            if view is None:
+                return None
+            converted.append(view)
+        else:
+            converted.append(param)
+    return converted
+
+
 def _affine(x, scale, zero_point, qmin, qmax, rounding, fake):
     """The float and torch paths of quantize (``fake=False``: codes) and fake-quantize (``fake=True``)."""
     python_scalar = np.ndim(x) == 0 and not isinstance(x, np.ndarray) and not _is_tensor(x)
     x = _as_float_array(x, "x")
-    scale, inv_scale, zero_point = _float_params(x, scale, zero_point)
     if _is_tensor(x):
-        return _affine_torch(x, scale, inv_scale, zero_point, qmin, qmax, rounding, fake)
+        x_view, params = _numpy_view(x), _as_numpy_params(scale, zero_point)
+        if x_view is None or params is None:
+            scale, inv_scale, zero_point = _float_params(x, scale, zero_point)
+            return _affine_torch(x, scale, inv_scale, zero_point, qmin, qmax, rounding, fake)
+        return _to_tensor(_affine(x_view, *params, qmin, qmax, rounding, fake), like=x)
+    scale, inv_scale, zero_point = _float_params(x, scale, zero_point)
     out = np.empty(x.shape, dtype=x.dtype if fake else _code_dtype(qmin, qmax))
     _affine_numpy(x, scale, inv_scale, zero_point, qmin, qmax, rounding, out)
     if python_scalar:
@@ -609,6 +650,10 @@ def dequantize_affine(codes, scale, zero_point, *, dtype=None):
             raise TypeError(f"codes must be an integer tensor, got {codes.dtype}")
         if dtype is None:
             dtype = scale.dtype if _is_tensor(scale) and scale.is_floating_point() else torch.get_default_dtype()
+        codes_view, params = _numpy_view(codes), _as_numpy_params(scale, zero_point)
+        np_dtype = _numpy_view(torch.empty(0, dtype=dtype))
+        if codes_view is not None and params is not None and np_dtype is not None:
+            return _to_tensor(dequantize_affine(codes_view, *params, dtype=np_dtype.dtype), like=codes)
         template = _empty_like(codes, dtype)
         scale, _, zero_point = _float_params(template, scale, zero_point)
         return template.copy_(codes).sub_(zero_point).mul_(scale)
@@ -714,6 +759,13 @@ def choose_qparams(x, bits: int, mapping: Mapping | str = Mapping.ASYMMETRIC, *,
     """
     mapping = _check_enum(mapping, Mapping, "mapping")
     x = _as_float_array(x, "x")
+    x_view = _numpy_view(x) if _is_tensor(x) else None
+    if x_view is not None:
+        found = choose_qparams(x_view, bits, mapping, axis=axis, group_size=group_size, eps=eps, rounding=rounding,
+                               include_zero=include_zero, exact_constant=exact_constant)
+        scale = _to_tensor(np.asarray(found.scale), like=x)
+        zero_point = _to_tensor(np.asarray(found.zero_point), like=x)
+        return QParams(scale, zero_point, found.bits, found.mapping, found.axis, found.group_size)
     if x.ndim == 0 and (axis is not None or group_size is not None):
         raise ValueError("axis and group_size need a tensor with at least one dimension")
     if _size(x) == 0:
