@@ -500,6 +500,8 @@ def _affine_numpy(x, scale, inv_scale, zero_point, qmin, qmax, rounding, out):
     out_blocks = out.reshape((1,) + out.shape) if out.ndim == 0 else out
     params = [p.reshape((1,) + p.shape) if p.ndim == 0 else p for p in (scale, inv_scale, zero_point)]
     scale, inv_scale, zero_point = params
+    # clip(round(x/s) + z, qmin, qmax) - z == clip(round(x/s), qmin - z, qmax - z): integers, so exact
+    low, high = qmin - zero_point, qmax - zero_point
     buffer = np.empty((min(step, x_blocks.shape[0]),) + x_blocks.shape[1:], dtype=x.dtype)
     scratch = np.empty_like(buffer) if rounding is Rounding.HALF_UP else None
     for start in range(0, x_blocks.shape[0], step):
@@ -509,13 +511,12 @@ def _affine_numpy(x, scale, inv_scale, zero_point, qmin, qmax, rounding, out):
         np.multiply(xb, _rows(inv_scale, rows), out=v)
         _check_finite_block(xb)
         _round_inplace(v, rounding, None if scratch is None else scratch[:len(xb)])
-        z = _rows(zero_point, rows)
-        v += z
-        np.clip(v, qmin, qmax, out=v)
+        np.maximum(v, _rows(low, rows), out=v)
+        np.minimum(v, _rows(high, rows), out=v)
         if fake:
-            v -= z
             v *= _rows(scale, rows)
         else:
+            v += _rows(zero_point, rows)
             out_blocks[rows] = v
     return out
 
@@ -542,10 +543,11 @@ def _affine_torch(x, scale, inv_scale, zero_point, qmin, qmax, rounding, fake):
     v = _empty_like(x)
     torch.mul(x, inv_scale, out=v)
     _round_inplace(v, rounding)
-    v.add_(zero_point).clamp_(qmin, qmax)
+    torch.maximum(v, qmin - zero_point, out=v)
+    torch.minimum(v, qmax - zero_point, out=v)
     if fake:
-        return v.sub_(zero_point).mul_(scale)
-    return v.to(_code_dtype(qmin, qmax, torch_backend=True))
+        return v.mul_(scale)
+    return v.add_(zero_point).to(_code_dtype(qmin, qmax, torch_backend=True))
 
 
 def _numpy_view(value):
