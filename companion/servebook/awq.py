@@ -1,0 +1,164 @@
+"""AWQ: scale up the weights that meet large activations before rounding them, and undo it on the input.
+
+AWQ [Lin et al., 2024] starts from an observation: a weight's rounding error
+reaches the output multiplied by its input, so the few input channels that carry
+large activations matter most.  For any positive per-input-channel ``s``,
+``W x = (W diag(s)) (x / s)`` exactly; quantizing ``W diag(s)`` instead of ``W``
+shrinks the relative rounding error of the columns with ``s > 1``.  The factor
+is a power of the channel's mean activation magnitude,
+
+    s = mean|x|^alpha  (normalised so that max(s) * min(s) = 1),
+
+with ``alpha`` searched on a grid of ``grid`` values in [0, 1) to minimise the
+layer's output error on calibration data.  ``alpha = 0`` is plain round-to-nearest,
+so the search can only do as well or better on the data it sees.  The weights are
+then quantized group-wise, round to nearest, in :mod:`servebook.quant`'s format;
+``1 / s`` must be folded into whatever produces the input (the RMSNorm before
+q/k/v, the up projection before down): :mod:`servebook.qmodel` does that.
+
+The output error is measured as ``||X (W - W_hat)^T||^2 / n = tr(E G E^T)`` with the
+Gram matrix ``G = X^T X / n`` (in x in): the same statistic GPTQ's Hessian is made of,
+and far cheaper than pushing every token through every candidate.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+
+import torch
+
+from . import quant
+from .gptq import HessianAccumulator, _check_matrix, as_mapping, check_group_size
+from .quant import Mapping, QParams, Rounding
+
+__all__ = ["AWQResult", "activation_scale", "awq_scales", "output_error", "search_scale", "awq_quantize"]
+
+DEFAULT_GRID = 20     # the AWQ paper's grid size for alpha
+SCALE_FLOOR = 1e-4    # a dead channel (mean |x| = 0) keeps a finite, tiny scale
+
+
+def activation_scale(x: torch.Tensor) -> torch.Tensor:
+    """``mean |x|`` per input channel, over every token of ``x`` (..., in_features)."""
+    if not isinstance(x, torch.Tensor) or x.ndim < 2:
+        raise ValueError("x must be a torch.Tensor of shape (..., in_features)")
+    acc = HessianAccumulator(x.shape[-1])
+    acc.add(x)
+    return acc.mean_abs
+
+
+def awq_scales(mean_abs: torch.Tensor, alpha: float) -> torch.Tensor:
+    """``s = mean|x|^alpha``, floored at 1e-4 and normalised so that ``max(s) * min(s) = 1``."""
+    if not isinstance(mean_abs, torch.Tensor) or mean_abs.ndim != 1:
+        raise ValueError("mean_abs must be a 1-D torch.Tensor, one value per input channel")
+    if not bool(torch.isfinite(mean_abs).all()) or bool((mean_abs < 0).any()):
+        raise ValueError("mean_abs must be finite and non-negative")
+    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 0 <= alpha <= 1:
+        raise ValueError(f"alpha must be a real number in [0, 1], got {alpha!r}")
+    s = mean_abs.float().pow(float(alpha)).clamp(min=SCALE_FLOOR)
+    # Centre the scales on 1 (geometrically): the grid then stretches some columns and shrinks others.
+    return s / torch.sqrt(s.max() * s.min())
+
+
+def output_error(weight: torch.Tensor, weight_hat: torch.Tensor, gram: torch.Tensor) -> float:
+    """Mean squared output error per token, ``tr((W - W_hat) G (W - W_hat)^T)`` with ``G = X^T X / n``."""
+    E = (weight.float() - weight_hat.float())
+    return float(((E @ gram.float()) * E).sum())
+
+
+def _fake_rtn(weight: torch.Tensor, bits: int, group_size: int | None, mapping: Mapping, rounding) -> torch.Tensor:
+    qparams = _grid(weight, bits, group_size, mapping)
+    return quant.fake_quantize(weight, qparams, rounding)
+
+
+def _grid(weight: torch.Tensor, bits: int, group_size: int | None, mapping: Mapping) -> QParams:
+    if group_size is None:
+        return quant.choose_qparams(weight, bits, mapping, axis=0)
+    return quant.choose_qparams(weight, bits, mapping, group_size=group_size)
+
+
+def search_scale(weights, mean_abs: torch.Tensor, gram: torch.Tensor, bits: int = 4,
+                 group_size: int | None = 128, *, mapping: Mapping | str = Mapping.ASYMMETRIC,
+                 grid: int = DEFAULT_GRID, rounding: Rounding | str = Rounding.HALF_UP
+                 ) -> tuple[torch.Tensor, float, tuple[tuple[float, float], ...]]:
+    """The ``s`` (and its ``alpha``) that minimise the summed output error of ``weights`` sharing one input.
+
+    ``weights``: one (out x in) matrix or a list of them (q, k and v read the same input).
+    Returns ``(s, alpha, ((alpha, error), ...))`` over the grid ``alpha = 0, 1/grid, ..., (grid-1)/grid``.
+    """
+    weights = [weights] if isinstance(weights, torch.Tensor) else list(weights)
+    if not weights:
+        raise ValueError("weights must hold at least one weight matrix")
+    in_features = _check_matrix(weights[0], "weights[0]").shape[1]
+    for k, w in enumerate(weights):
+        _check_matrix(w, f"weights[{k}]")
+        if w.shape[1] != in_features:
+            raise ValueError(f"weights[{k}] has {w.shape[1]} input features; all must share {in_features}")
+    if not isinstance(mean_abs, torch.Tensor) or mean_abs.shape != (in_features,):
+        raise ValueError(f"mean_abs must have shape ({in_features},), one value per input channel")
+    if not isinstance(gram, torch.Tensor) or gram.shape != (in_features, in_features):
+        raise ValueError(f"gram must have shape ({in_features}, {in_features})")
+    mapping = as_mapping(mapping)
+    quant.qrange(bits, mapping)
+    group_size = check_group_size(group_size, in_features)
+    if isinstance(grid, bool) or not isinstance(grid, numbers.Integral) or grid < 1:
+        raise ValueError(f"grid must be a positive int, got {grid!r}")
+
+    history = []
+    best = (float("inf"), 0.0, None)
+    for step in range(grid):
+        alpha = step / grid
+        s = awq_scales(mean_abs, alpha)
+        error = sum(output_error(w, _fake_rtn(w.float() * s, bits, group_size, mapping, rounding) / s, gram)
+                    for w in weights)
+        history.append((alpha, error))
+        if error < best[0]:
+            best = (error, alpha, s)
+    return best[2], best[1], tuple(history)
+
+
+@dataclass(frozen=True)
+class AWQResult:
+    """Codes and grid of the *scaled* weight ``W diag(s)``, and the ``s`` the input must be divided by."""
+
+    codes: torch.Tensor          # (out_features, in_features), integer codes of W * s
+    qparams: QParams             # quant's format, group-wise (out, in // g) or per output row (out,)
+    input_scale: torch.Tensor    # s, (in_features,): the layer computes W_hat_s (x / s)
+    alpha: float
+    history: tuple[tuple[float, float], ...]   # (alpha, output error) over the grid
+
+    def dequantize(self, dtype=torch.float32) -> torch.Tensor:
+        """The stored, scaled weight ``W_hat_s`` (what a kernel multiplies ``x / s`` by)."""
+        return quant.dequantize(self.codes, self.qparams, dtype=dtype)
+
+    def effective_weight(self, dtype=torch.float32) -> torch.Tensor:
+        """``W_hat_s diag(1/s)``: the weight the unscaled input effectively meets."""
+        return self.dequantize(dtype) / self.input_scale.to(dtype)
+
+
+def awq_quantize(weight: torch.Tensor, x: torch.Tensor | None = None, bits: int = 4,
+                 group_size: int | None = 128, *, mean_abs: torch.Tensor | None = None,
+                 gram: torch.Tensor | None = None, mapping: Mapping | str = Mapping.ASYMMETRIC,
+                 grid: int = DEFAULT_GRID, rounding: Rounding | str = Rounding.HALF_UP) -> AWQResult:
+    """AWQ for one linear layer: search ``s`` on its inputs, then round ``W diag(s)`` to nearest, group-wise.
+
+    Pass the calibration activations ``x`` (..., in_features), or their statistics
+    ``mean_abs`` (in,) and ``gram = X^T X / n`` (in x in) as :class:`~servebook.gptq.HessianAccumulator`
+    collects them.
+    """
+    weight = _check_matrix(weight, "weight")
+    if x is not None:
+        if mean_abs is not None or gram is not None:
+            raise ValueError("pass either x or (mean_abs, gram), not both")
+        acc = HessianAccumulator(weight.shape[1], device=weight.device)
+        acc.add(x)
+        mean_abs, gram = acc.mean_abs, acc.H / 2
+    elif mean_abs is None or gram is None:
+        raise ValueError("awq_quantize needs calibration activations x, or both mean_abs and gram")
+    s, alpha, history = search_scale(weight, mean_abs, gram, bits, group_size, mapping=mapping, grid=grid,
+                                     rounding=rounding)
+    mapping = as_mapping(mapping)
+    scaled = weight.detach().float() * s
+    qparams = _grid(scaled, bits, group_size, mapping)
+    codes = quant.quantize(scaled, qparams, rounding)
+    return AWQResult(codes, qparams, s, alpha, history)

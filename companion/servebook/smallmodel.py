@@ -1,0 +1,197 @@
+"""The book's small language model, and held-out perplexity: one code path for it and for a Hub model.
+
+``load("tiny-llama")`` reads the 4-layer Llama that ``scripts/train_tiny_llama.py``
+trained on CPython's documentation and that ships with this package (no network);
+``load("Qwen/Qwen2.5-0.5B")`` reads a pretrained model from the Hugging Face Hub
+with the same ``from_pretrained`` calls.  :func:`perplexity` scores either on text.
+
+Perplexity is ``exp`` of the mean next-token cross-entropy over non-overlapping
+windows of ``seq_len`` tokens (each window predicts its tokens 2..seq_len), the
+way the GPTQ and AWQ papers evaluate WikiText-2.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import math
+import numbers
+import time
+from pathlib import Path
+
+import torch
+
+__all__ = ["TINY_LLAMA", "CACHE_DIR", "load", "heldout_text", "calibration_text", "encode", "calibration_batch",
+           "perplexity", "fingerprint", "cached", "perplexity_table", "TABLE_ROWS"]
+
+DATA = Path(__file__).parent / "data"
+TINY_LLAMA = DATA / "tiny-llama"
+CACHE_DIR = DATA / "cache"
+
+
+def _path(name: str) -> str | Path:
+    return TINY_LLAMA if name == "tiny-llama" else name
+
+
+def load(name: str = "tiny-llama", *, dtype=torch.float32, device: str | torch.device = "cpu"):
+    """``(model, tokenizer)`` in eval mode: the shipped ``"tiny-llama"``, a local directory, or a Hub id."""
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"name must be 'tiny-llama', a directory or a Hugging Face Hub id, got {name!r}")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = _path(name)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+    model.eval()
+    return model, tokenizer
+
+
+def heldout_text() -> str:
+    """The held-out help pages (whole topics never trained on), shipped beside the weights."""
+    return (TINY_LLAMA / "heldout.txt").read_text()
+
+
+def calibration_text() -> str:
+    """A slice of the training text, shipped for GPTQ and AWQ calibration."""
+    return (TINY_LLAMA / "calibration.txt").read_text()
+
+
+def encode(tokenizer, text: str) -> torch.Tensor:
+    """Token ids of ``text`` as one 1-D LongTensor (no special tokens added)."""
+    if not isinstance(text, str) or not text:
+        raise ValueError("text must be a non-empty str")
+    return torch.tensor(tokenizer(text, add_special_tokens=False)["input_ids"], dtype=torch.long)
+
+
+def _positive(value, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return int(value)
+
+
+def calibration_batch(ids: torch.Tensor, n_samples: int = 64, seq_len: int = 128, seed: int = 0) -> torch.Tensor:
+    """``n_samples`` random windows of ``seq_len`` tokens from the 1-D token stream ``ids`` (seeded)."""
+    n_samples, seq_len = _positive(n_samples, "n_samples"), _positive(seq_len, "seq_len")
+    if not isinstance(ids, torch.Tensor) or ids.ndim != 1:
+        raise ValueError("ids must be a 1-D tensor of token ids")
+    if len(ids) <= seq_len:
+        raise ValueError(f"ids holds {len(ids)} tokens, fewer than one window of seq_len={seq_len}")
+    generator = torch.Generator().manual_seed(seed)
+    starts = torch.randint(0, len(ids) - seq_len, (n_samples,), generator=generator)
+    return torch.stack([ids[s:s + seq_len] for s in starts.tolist()])
+
+
+@torch.no_grad()
+def perplexity(model, ids: torch.Tensor, seq_len: int = 128, batch_size: int = 16,
+               max_windows: int | None = None) -> float:
+    """``exp(mean cross-entropy)`` of ``model`` on the 1-D token stream ``ids``, in non-overlapping windows."""
+    seq_len, batch_size = _positive(seq_len, "seq_len"), _positive(batch_size, "batch_size")
+    if not isinstance(ids, torch.Tensor) or ids.ndim != 1 or ids.is_floating_point():
+        raise ValueError("ids must be a 1-D integer tensor of token ids")
+    n = len(ids) // seq_len
+    if max_windows is not None:
+        n = min(n, _positive(max_windows, "max_windows"))
+    if n == 0:
+        raise ValueError(f"ids holds {len(ids)} tokens, fewer than one window of seq_len={seq_len}")
+    limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    if limit is not None and seq_len > limit:
+        raise ValueError(f"seq_len {seq_len} is longer than the model's {limit} positions")
+    device = next(model.parameters()).device
+    windows = ids[: n * seq_len].view(n, seq_len)
+    total, count = 0.0, 0
+    for batch in windows.split(batch_size):
+        batch = batch.to(device)
+        logits = model(input_ids=batch, use_cache=False).logits.float()
+        loss = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), batch[:, 1:].flatten(),
+                                                 reduction="sum")
+        total += loss.item()
+        count += batch[:, 1:].numel()
+    return math.exp(total / count)
+
+
+def fingerprint(*parts) -> str:
+    """A short sha256 of the shipped weights, the code of the quantization modules, and ``parts``.
+
+    Any change to the weights, to ``quant``/``gptq``/``awq``/``qmodel``/``smallmodel``, or to the
+    settings in ``parts`` gives a new key, so a cached result is never stale.
+    """
+    from . import awq, gptq, qmodel, quant
+
+    digest = hashlib.sha256()
+    for file in ("config.json", "model.safetensors", "heldout.txt", "calibration.txt"):
+        digest.update((TINY_LLAMA / file).read_bytes())
+    for module in (quant, gptq, awq, qmodel, __import__(__name__, fromlist=["_"])):
+        digest.update(inspect.getsource(module).encode())
+    digest.update(json.dumps(parts, sort_keys=True, default=str).encode())
+    return digest.hexdigest()[:16]
+
+
+def cached(kind: str, key: str, compute):
+    """``compute()``'s JSON-able result, kept in ``data/cache/<kind>-<key>.json``.
+
+    Older files of the same kind are removed when a new one is written: the cache holds
+    only results of the current code and weights.
+    """
+    path = CACHE_DIR / f"{kind}-{key}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    result = compute()
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    for old in CACHE_DIR.glob(f"{kind}-*.json"):
+        old.unlink()
+    path.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+    return result
+
+
+# (label, method, bits, group_size) of the chapter's table; "fp32" is the unquantized model.
+TABLE_ROWS = (
+    ("FP32", "fp32", 32, None),
+    ("INT8 RTN per channel", "rtn", 8, "channel"),
+    ("INT4 RTN per tensor", "rtn", 4, "tensor"),
+    ("INT4 RTN per channel", "rtn", 4, "channel"),
+    ("INT4 RTN g128", "rtn", 4, 128),
+    ("INT4 GPTQ g128", "gptq", 4, 128),
+    ("INT4 AWQ g128", "awq", 4, 128),
+    ("INT4 RTN g32", "rtn", 4, 32),
+    ("INT4 GPTQ g32", "gptq", 4, 32),
+    ("INT4 AWQ g32", "awq", 4, 32),
+)
+
+
+def perplexity_table(rows=TABLE_ROWS, *, n_calibration: int = 64, seq_len: int = 128, seed: int = 0,
+                     use_cache: bool = True) -> list[dict]:
+    """Held-out perplexity of the tiny Llama under each quantization in ``rows``, with bytes and time.
+
+    One dict per row: ``label, method, bits, group_size, perplexity, n_params, bytes, bits_per_weight,
+    seconds`` (seconds to quantize).  Cached by :func:`fingerprint` of code, weights and settings.
+    """
+    rows = [tuple(row) for row in rows]
+    settings = {"rows": rows, "n_calibration": n_calibration, "seq_len": seq_len, "seed": seed}
+
+    def compute():
+        from .qmodel import linear_layers, quantize_model
+
+        torch.manual_seed(seed)
+        model, tokenizer = load("tiny-llama")
+        held = encode(tokenizer, heldout_text())
+        calibration = calibration_batch(encode(tokenizer, calibration_text()), n_calibration, seq_len, seed)
+        n_params = sum(layer.weight.numel() for layer in linear_layers(model).values())
+        table = []
+        for label, method, bits, group_size in rows:
+            tick = time.perf_counter()
+            if method == "fp32":
+                quantized, n_bytes, seconds = model, 4 * n_params, 0.0
+            else:
+                report = quantize_model(model, method, bits=bits, group_size=group_size,
+                                        calibration=None if method == "rtn" else calibration)
+                quantized, n_bytes, seconds = report.model, report.bytes_after, report.seconds
+            table.append({"label": label, "method": method, "bits": bits, "group_size": group_size,
+                          "perplexity": round(perplexity(quantized, held, seq_len), 4), "n_params": n_params,
+                          "bytes": n_bytes, "bits_per_weight": round(8 * n_bytes / n_params, 4),
+                          "seconds": round(seconds, 2), "seconds_total": round(time.perf_counter() - tick, 2)})
+        return table
+
+    if not use_cache:
+        return compute()
+    return cached("perplexity-table", fingerprint(settings), compute)
