@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from servebook import memory, models, paging
 from servebook.paging import NaiveAllocator, OutOfBlocks, PagedAllocator
 from servebook.units import MiB
+from servebook.widgets.paging import paging_explorer, paging_explorer_text
 
 SPEC = models.get("llama-2-13b")
 
@@ -370,3 +371,20 @@ def test_naive_errors():
     with pytest.raises(ValueError, match="not allocated"):
         naive.free("b")
     assert naive.usage().tokens_stored == 4
+
+
+# ---------------------------------------------------------------------------
+# The explorer widget shows the same numbers
+
+def test_explorer_text_shows_the_c4_numbers():
+    text = paging_explorer_text(100, block_size=16, max_len=2048)
+    assert "1,948 empty" in text and "7 blocks of 16 = 112 slots, 12 empty" in text
+    assert "162.3 times" in text and "819,200 bytes per token" in text
+    assert "paged waste is zero" in paging_explorer_text(128, block_size=16)
+
+
+def test_explorer_reports_bad_input():
+    with pytest.raises(ValueError, match="max_len"):
+        paging_explorer_text(3000, max_len=2048)
+    widget = paging_explorer(n_tokens=100)
+    assert "1,948 empty" in widget.children[1].value

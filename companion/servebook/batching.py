@@ -268,7 +268,19 @@ class Summary:
 
 @dataclass
 class SimulationResult:
-    """Per-iteration records (``steps``) and per-request records (``requests``), as numpy arrays."""
+    """Per-iteration records (``steps``) and per-request records (``requests``), as numpy arrays.
+
+    ``steps``, one entry per iteration: ``time_s`` (clock at its end), ``dt``,
+    ``running`` (requests that prefilled or decoded, so also the tokens
+    generated), ``waiting``, ``admitted``, ``preempted``, ``finished``,
+    ``prefill_tokens``, ``decode_tokens``, ``tokens_stored`` and
+    ``slots_reserved`` (whole blocks or whole regions; reserved minus stored is
+    the waste, and reserved / block size the blocks in use).
+
+    ``requests``, one entry per request in trace order: ``request_id``,
+    ``arrival_s``, ``prompt_len``, ``output_len``, ``first_token_s``,
+    ``finish_s``, ``preemptions``, ``recomputed_tokens``.
+    """
 
     policy: str
     allocator: str

@@ -394,7 +394,11 @@ class PagedAllocator:
         return self.pool.tokens_in_use
 
     def usage(self) -> PagedUsage:
-        """Blocks used, free and cached, tokens stored, tail waste and prefix hits, right now."""
+        """Blocks used, free and cached, tokens stored, tail waste and prefix hits, right now.
+
+        O(number of sequences), for ``logical_tokens``; the counters the
+        simulator reads every iteration (``slots_reserved``, ``tokens_stored``) are O(1).
+        """
         pool = self.pool
         return PagedUsage(
             slots_total=self.slots_total, slots_reserved=self.slots_reserved, tokens_stored=pool.tokens_in_use,
@@ -440,7 +444,8 @@ class PagedAllocator:
         """Whether a prompt of ``tokens`` could be allocated now, leaving ``keep_free`` blocks (no side effects).
 
         A scheduler keeps a few blocks free (a watermark) so that running
-        sequences can still grow after the admission.
+        sequences can still grow after the admission.  A prompt that could never
+        fit (more blocks than the pool has) raises ``ValueError``, as ``allocate`` does.
         """
         keep_free = _whole("keep_free", keep_free, 0)
         _, hits, n_new = self._plan(_token_ids(tokens))
