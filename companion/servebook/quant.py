@@ -511,8 +511,7 @@ def _affine_numpy(x, scale, inv_scale, zero_point, qmin, qmax, rounding, out):
         np.multiply(xb, _rows(inv_scale, rows), out=v)
         _check_finite_block(xb)
         _round_inplace(v, rounding, None if scratch is None else scratch[:len(xb)])
-        np.maximum(v, _rows(low, rows), out=v)
-        np.minimum(v, _rows(high, rows), out=v)
+        np.clip(v, _rows(low, rows), _rows(high, rows), out=v)
         if fake:
             v *= _rows(scale, rows)
         else:
