@@ -26,12 +26,19 @@ Three arithmetic paths, chosen by the types you pass:
   ``0.35 * (1 / 0.1) == 3.5`` (round-half-up: 4).  Use the exact path for hand
   calculations.
 - **torch** -- torch tensors, in their dtype and on their device, same
-  arithmetic as the float path.
+  arithmetic as the float path.  CPU tensors run the numpy kernels on their own
+  memory (no copy); other devices, and bfloat16, use torch's operations.  No autograd.
 
 Rounding is always named: :attr:`Rounding.HALF_UP` (ties to the larger integer,
 the book's convention) or :attr:`Rounding.HALF_EVEN` (ties to even, what
 PyTorch and ONNX do).  Out-of-range values saturate at ``qmin``/``qmax``; codes
 never wrap around.
+
+A flat range (``r_min == r_max``) has no step.  Three conventions, all here:
+the floor ``s = max(s, eps)`` (``DEFAULT_EPS`` is PyTorch's observer default,
+2**-23); storing the constant exactly (``exact_constant=True``, the default); and
+widening the range to contain 0 first (``include_zero=True``, what PyTorch's
+observers and ONNX Runtime do, off by default to match the seeds' hand calculations).
 """
 
 from __future__ import annotations
