@@ -197,11 +197,16 @@ def test_recorded_runs_validate_and_the_latest_says_where_and_when():
         assert all(r["measured"] == r["predicted"] for r in exact), "weights and KV bytes are exact on every run"
 
 
-def test_table_formats_every_row(small_run):
+def test_tables_and_provenance_say_what_was_measured_where(small_run):
     rows = lab.table(small_run)
     assert len(rows) == len(small_run["rows"])
     text = lab.format_table(rows)
     assert "kv_bytes" in text and "MiB" in text and "1.000" in text
+    markdown = lab.markdown_table(rows).splitlines()
+    assert len(markdown) == len(rows) + 2 and markdown[1].startswith("|:--|")
+    sentence = lab.provenance(small_run)
+    assert small_run["device"]["name"] in sentence and small_run["date"][:10] in sentence
+    assert torch.__version__ in sentence
 
 
 # --- bad input ----------------------------------------------------------------------------------------------------

@@ -229,6 +229,23 @@ def torch_dtype(dtype: str):
     return table[dtype]
 
 
+def _dtype_kwarg(dtype: str) -> dict[str, Any]:
+    """``{"dtype": ...}`` for transformers >= 4.56, ``{"torch_dtype": ...}`` before (where ``dtype`` is ignored)."""
+    import transformers
+
+    major, minor = (int(part) for part in re.findall(r"\d+", transformers.__version__)[:2])
+    return {"dtype" if (major, minor) >= (4, 56) else "torch_dtype": torch_dtype(dtype)}
+
+
+def _ensure_dtype(module, dtype: str):
+    """Cast ``module`` if its weights are not in ``dtype``: a transformers that ignores the dtype argument
+    would otherwise load FP32 and double every byte the lab measures."""
+    wanted = torch_dtype(dtype)
+    if next(module.parameters()).dtype != wanted:
+        module.to(dtype=wanted)
+    return module
+
+
 def _allocated(device: Device) -> int | None:
     return int(_torch().cuda.memory_allocated(device.index)) if device.kind == "cuda" else None
 
@@ -301,7 +318,7 @@ def load_random(spec: ModelSpec | str, device: Device, dtype: str = "fp16", redu
     torch.manual_seed(0)
     # Built on the device in its dtype: a 7B model never exists in FP32 in host memory.
     with torch.device(device.torch_device):
-        module = LlamaForCausalLM._from_config(config, dtype=torch_dtype(dtype))
+        module = LlamaForCausalLM._from_config(config, **_dtype_kwarg(dtype))
     module.eval()
     predicted, basis = _weight_prediction(shaped, dtype)
     note = "random weights: bytes and time are real, perplexity is meaningless"
@@ -346,11 +363,11 @@ def load_hub(name: str, device: Device, dtype: str = "fp16", online: bool | None
     started, before = time.perf_counter(), _allocated(device)
     try:
         tokenizer = AutoTokenizer.from_pretrained(name, local_files_only=not online)
-        module = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype(dtype), local_files_only=not online)
+        module = AutoModelForCausalLM.from_pretrained(name, local_files_only=not online, **_dtype_kwarg(dtype))
     except (OSError, ValueError, KeyError) as error:
         where = "the Hub" if online else "the local cache (no internet: the Hub is not reachable)"
         raise ModelUnavailable(f"cannot load {name!r} from {where}: {str(error).splitlines()[0]}") from error
-    module.to(device.torch_device).eval()
+    _ensure_dtype(module.to(device.torch_device), dtype).eval()
     spec = ModelSpec.from_hf_config(module.config.to_dict(), name=name)
     known = _registry_spec(name)
     if known is not None and known.kv_dim == spec.kv_dim and known.n_layers == spec.n_layers:
@@ -384,6 +401,7 @@ def load_project(device: Device, dtype: str = "fp32") -> LabModel:
                                "(scripts/train_tiny_llama.py writes it)")
     started, before = time.perf_counter(), _allocated(device)
     module, tokenizer = smallmodel.load("tiny-llama", dtype=torch_dtype(dtype), device=device.torch_device)
+    _ensure_dtype(module, dtype)
     spec = ModelSpec.from_hf_config(module.config.to_dict(), name="tiny-llama")
     spec = replace(spec, n_params=spec.count_params())
     predicted, basis = _weight_prediction(spec, dtype)
@@ -520,6 +538,13 @@ def _forward_kwargs(module) -> tuple[str, bool]:
 def _returned_cache(output):
     cache = getattr(output, "cache", None)
     return cache if cache is not None else getattr(output, "past_key_values", None)
+
+
+def prefill_cache(module, input_ids):
+    """Run one prefill of ``input_ids`` (batch x tokens) and return the KV cache the model filled."""
+    torch = _torch()
+    with torch.inference_mode():
+        return _returned_cache(module(input_ids=input_ids, use_cache=True))
 
 
 def timed(function: Callable[[], Any], device: Device) -> tuple[float, Any]:
@@ -1216,6 +1241,27 @@ def format_table(rows: list[dict[str, str]]) -> str:
 
     return "\n".join([line({c: c for c in columns}), line({c: "-" * widths[c] for c in columns}),
                       *(line(r) for r in rows)])
+
+
+def markdown_table(rows: list[dict[str, str]]) -> str:
+    """A Markdown pipe table of :func:`table`'s rows (numbers right-aligned)."""
+    if not rows:
+        return "*(no rows)*"
+    columns = list(rows[0])
+    align = {c: "--:" if c in ("B", "S", "predicted", "measured", "ratio") else ":--" for c in columns}
+    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join(align[c] for c in columns) + "|"]
+    lines += ["| " + " | ".join(row[c] for c in columns) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def provenance(results: dict[str, Any]) -> str:
+    """One sentence: on which device, when, with which libraries, and how long the run took."""
+    device, versions = results["device"], results["versions"]
+    threads = f", {device['threads']} torch thread{'s' if device['threads'] != 1 else ''}" if device["threads"] else ""
+    memory_note = f", {device['total_memory'] / GiB:.1f} GiB" if device["total_memory"] else ""
+    return (f"{device['name']}{memory_note}{threads}, on {results['date'][:10]} at {results['date'][11:16]} UTC, "
+            f"with servebook {versions['servebook']}, PyTorch {versions['torch']} and transformers "
+            f"{versions['transformers']}; the run took {results['run_seconds']:.1f} s")
 
 
 def main(argv: list[str] | None = None) -> int:
