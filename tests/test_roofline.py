@@ -1,0 +1,229 @@
+"""The roofline: GPU datasheet table, FLOPs and bytes of a step, bounds, crossover, W4A16 and W8A8."""
+
+import math
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from servebook import memory, models, roofline
+from servebook.units import GB, GiB, MiB
+
+ROOT = Path(__file__).resolve().parents[1]
+BIB_KEYS = set(re.findall(r"^@\w+\{([^,]+),", (ROOT / "references.bib").read_text(encoding="utf-8"), re.M))
+LLAMA13 = models.get("llama-2-13b")
+A100 = roofline.gpu("a100-80gb-sxm")
+
+
+# --- the GPU table: units and datasheet figures -------------------------------------------------
+
+# name: (bandwidth GB/s, dense FP16 TFLOP/s, dense INT8 TOP/s, datasheet prints sparse, nvidia-smi MiB)
+DATASHEET = {
+    "a100-80gb-sxm": (2039, 312, 624, False, 81_920),
+    "h100-sxm": (3350, 1979 / 2, 3958 / 2, True, 81_559),
+    "h200": (4800, 1979 / 2, 3958 / 2, True, 143_771),
+    "l4": (300, 242 / 2, 485 / 2, True, 23_034),
+    "t4": (320, 65, 130, False, 15_360),
+}
+
+
+def test_the_table_has_at_least_the_five_gpus():
+    assert set(DATASHEET) <= set(roofline.GPUS)
+
+
+@pytest.mark.parametrize("name", sorted(DATASHEET))
+def test_gpu_units_are_bytes_and_operations_per_second(name):
+    g = roofline.gpu(name)
+    bandwidth, fp16, int8, sparse, smi_mib = DATASHEET[name]
+    assert isinstance(g.memory, int) and g.memory == smi_mib * MiB
+    assert isinstance(g.bandwidth, int) and g.bandwidth == bandwidth * GB
+    assert g.fp16_flops == pytest.approx(fp16 * 1e12) and g.int8_ops == pytest.approx(int8 * 1e12)
+    assert g.fp16.sparse is sparse and g.int8.sparse is sparse
+    assert g.int8_ops == pytest.approx(2 * g.fp16_flops, rel=0.01)  # INT8 tensor cores: twice FP16
+    assert g.fp32_flops < g.fp16_flops  # CUDA cores are far slower than tensor cores
+    assert g.source in BIB_KEYS and g.url.startswith("https://www.nvidia.com/")
+    if sparse:
+        assert "sparsity" in g.notes
+
+
+def test_h100_dense_bf16_is_half_the_sparse_datasheet_figure():
+    h100 = roofline.gpu("H100-SXM")
+    assert h100.fp16.value == 1979 and h100.fp16.sparse
+    assert h100.fp16_flops == pytest.approx(989.5e12)
+
+
+def test_a100_80gb_is_80_gib():
+    # The datasheet's "80GB" is binary: nvidia-smi shows 81,920 MiB.
+    assert A100.memory == 80 * GiB and A100.memory_label.startswith("80GB")
+
+
+@pytest.mark.parametrize(("name", "ridge"), [("a100-80gb-sxm", 153.0), ("h100-sxm", 295.4), ("h200", 206.1),
+                                             ("l4", 403.3), ("t4", 203.1)])
+def test_ridge_points(name, ridge):
+    assert roofline.ridge_point(name) == pytest.approx(ridge, abs=0.05)
+    assert roofline.ridge_point(name, "int8") == pytest.approx(2 * ridge, rel=0.01)
+
+
+def test_gpu_table_rows_carry_units_in_their_headers():
+    rows = roofline.gpu_table()
+    assert [r["GPU"] for r in rows] == list(roofline.GPUS)
+    numeric = [key for key, value in rows[0].items() if isinstance(value, (int, float))]
+    assert numeric and all(re.search(r"(\(|, )(GB/s|GiB|TFLOP/s|TOP/s|FLOP/B)\)$", key) for key in numeric)
+    assert rows[0]["bandwidth (GB/s)"] == 2039 and rows[0]["memory (nvidia-smi, GiB)"] == 80.0
+
+
+# --- what a step counts ---------------------------------------------------------------------------
+
+
+def test_matmul_params_leave_out_the_input_embedding():
+    assert roofline.matmul_params(LLAMA13) == LLAMA13.n_params - 32_000 * 5120
+    tied = models.get("llama-3.2-1b")
+    assert roofline.matmul_params(tied) == tied.n_params  # the shared matrix is also the LM head
+
+
+def test_step_counts_follow_the_formulas():
+    n = roofline.matmul_params(LLAMA13)
+    q_dim = LLAMA13.n_heads * LLAMA13.head_dim
+    kv = memory.kv_bytes_per_token(LLAMA13)
+    pre = roofline.prefill_step(LLAMA13, batch=2, prompt_len=10)
+    assert pre.matmul_flops == 2 * n * 20
+    assert pre.attention_flops == 4 * LLAMA13.n_layers * q_dim * (10 * 11 // 2) * 2  # causal pairs
+    assert (pre.kv_read_bytes, pre.kv_write_bytes) == (0, kv * 20)
+    dec = roofline.decode_step(LLAMA13, batch=3, context_len=100)
+    assert dec.matmul_flops == 2 * n * 3 and dec.tokens == 3
+    assert dec.attention_flops == 4 * LLAMA13.n_layers * q_dim * 101 * 3
+    assert (dec.kv_read_bytes, dec.kv_write_bytes) == (kv * 100 * 3, kv * 3)
+    assert dec.weight_bytes == pre.weight_bytes == 2 * n  # read once per step, whatever the batch
+    assert dec.dequant_flops == 0
+
+
+def test_l11_prefill_is_compute_bound_and_decode_memory_bound():
+    a = roofline.bound(roofline.prefill_step(LLAMA13, 1, 500), A100)
+    b = roofline.bound(roofline.decode_step(LLAMA13, 1, 500), A100)
+    c = roofline.bound(roofline.decode_step(LLAMA13, 1, 501), A100)
+    assert a.bound == "compute" and b.bound == c.bound == "memory"
+    assert b.step.intensity == pytest.approx(1.0, abs=0.05)
+    assert 3 < a.time / b.time < 4  # 500 times the FLOPs, only ~3 times the time
+    assert b.tokens_per_s == pytest.approx(78, abs=1)
+
+
+def test_figure_caption_claims_for_the_roofline():
+    # Chapter 01's caption: all decode points (batch 1..256, context 512) left of the ridge, prefill right.
+    for batch in (1, 16, 64, 256):
+        assert roofline.bound(roofline.decode_step(LLAMA13, batch, 512), A100).bound == "memory"
+    for batch, prompt in ((1, 512), (8, 2048)):
+        assert roofline.bound(roofline.prefill_step(LLAMA13, batch, prompt), A100).bound == "compute"
+
+
+# --- properties -------------------------------------------------------------------------------------
+
+model_names = st.sampled_from(["llama-2-7b", "llama-2-13b", "llama-3-8b", "mistral-7b", "llama-3-70b",
+                               "qwen2.5-0.5b", "falcon-7b"])
+gpu_names = st.sampled_from(sorted(roofline.GPUS))
+
+
+@settings(max_examples=60, deadline=None)
+@given(model=model_names, gpu=gpu_names, batch=st.integers(1, 2048), context=st.integers(0, 32_768))
+def test_decode_bound_is_memory_side_below_the_ridge(model, gpu, batch, context):
+    b = roofline.bound(roofline.decode_step(model, batch, context), gpu)
+    ridge = roofline.ridge_point(gpu)
+    assert b.time == max(b.compute_time, b.memory_time) > 0
+    assert b.tokens_per_s == pytest.approx(batch / b.time)
+    if b.step.intensity < ridge:
+        assert b.bound == "memory" and b.time == b.memory_time
+    elif b.step.intensity > ridge:
+        assert b.bound == "compute" and b.time == b.compute_time
+    assert b.attainable_flops <= roofline.gpu(gpu).fp16_flops * (1 + 1e-9)
+
+
+@settings(max_examples=40, deadline=None)
+@given(model=model_names, gpu=gpu_names, batch=st.integers(1, 64), context=st.integers(0, 4096),
+       steps=st.integers(0, 60), weights=st.sampled_from(sorted(roofline.SCHEMES)))
+def test_decode_time_is_the_sum_of_step_bounds(model, gpu, batch, context, steps, weights):
+    brute = sum(roofline.bound(roofline.decode_step(model, batch, context + j, weights), gpu).time
+                for j in range(steps))
+    assert roofline.decode_time(model, gpu, batch, context, steps, weights) == pytest.approx(brute, rel=1e-9)
+
+
+@pytest.mark.parametrize("weights", sorted(roofline.SCHEMES))
+@pytest.mark.parametrize(("model", "gpu", "context"), [("llama-2-13b", "a100-80gb-sxm", 0),
+                                                       ("llama-2-13b", "a100-80gb-sxm", 128),
+                                                       ("llama-3-8b", "h100-sxm", 512),
+                                                       ("llama-3-70b", "h200", 256),
+                                                       ("mistral-7b", "l4", 0)])
+def test_crossover_batch_is_the_first_compute_bound_batch(model, gpu, context, weights):
+    cross = roofline.decode_crossover_batch(model, gpu, context, weights)
+    if cross is None:  # a sequence's own KV reads outweigh its FLOPs: no batch is compute-bound
+        assert all(roofline.bound(roofline.decode_step(model, b, context, weights), gpu).bound == "memory"
+                   for b in (1, 64, 4096, 10**6))
+        return
+    bound_at = [roofline.bound(roofline.decode_step(model, b, context, weights), gpu).bound
+                for b in range(1, cross + 1)]
+    assert bound_at[-1] == "compute" and "compute" not in bound_at[:-1]
+
+
+def test_crossover_never_for_long_mha_contexts_and_near_the_ridge_at_zero_context():
+    assert roofline.decode_crossover_batch(LLAMA13, A100, 512) is None
+    assert roofline.decode_crossover_batch(LLAMA13, A100, 0) == pytest.approx(roofline.ridge_point(A100), rel=0.02)
+    for b in (1, 100, 10_000):
+        assert roofline.bound(roofline.decode_step(LLAMA13, b, 512), A100).bound == "memory"
+    crossings = [roofline.decode_crossover_batch("llama-3-8b", A100, c) for c in (0, 128, 256, 512)]
+    assert crossings == sorted(crossings)  # more context, later crossover
+
+
+# --- W4A16 and W8A8 -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("gpu", sorted(roofline.GPUS))
+def test_w4a16_speeds_decode_and_slows_large_prefill_w8a8_speeds_both(gpu):
+    dec = {s: roofline.bound(roofline.decode_step(LLAMA13, 1, 512, s), gpu).time for s in roofline.SCHEMES}
+    pre = {s: roofline.bound(roofline.prefill_step(LLAMA13, 16, 2048, s), gpu).time for s in roofline.SCHEMES}
+    assert dec["W4A16"] < dec["W8A8"] < dec["W16A16"]
+    assert pre["W8A8"] < pre["W16A16"] < pre["W4A16"]
+    assert pre["W16A16"] / pre["W8A8"] == pytest.approx(2, rel=0.05)
+
+
+def test_w4a16_weights_carry_group_scales():
+    n = roofline.matmul_params(LLAMA13)
+    step = roofline.decode_step(LLAMA13, 1, 0, "W4A16")
+    assert step.weight_bytes == memory.weight_bytes(n, "int4", group_size=128) > n // 2
+
+
+def test_quant_speedup_caption_numbers():
+    # Chapter 01, fig-quant-speedup: x3.85 at one token, x0.80 at 16,384, W8A8 x2.00.
+    def speed(tokens, weights):
+        base = roofline.bound(roofline.prefill_step(LLAMA13, tokens, 1), A100).time
+        return base / roofline.bound(roofline.prefill_step(LLAMA13, tokens, 1, weights), A100).time
+    assert round(speed(1, "W4A16"), 2) == 3.85 and round(speed(16_384, "W4A16"), 2) == 0.80
+    assert round(speed(1, "W8A8"), 2) == round(speed(16_384, "W8A8"), 2) == 2.00
+
+
+# --- bad input -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("call", "error", "match"), [
+    (lambda: roofline.gpu("a100-40gb"), ValueError, "known GPUs: a100-80gb-sxm, h100-sxm, h200, l4, t4"),
+    (lambda: roofline.gpu(80), TypeError, "gpu must be"),
+    (lambda: roofline.ridge_point("a100-80gb-sxm", "fp64"), ValueError, "precision must be one of"),
+    (lambda: roofline.scheme("W2A16"), ValueError, "known schemes"),
+    (lambda: roofline.prefill_step(LLAMA13, 1, 0), ValueError, "prompt_len must be >= 1"),
+    (lambda: roofline.prefill_step(LLAMA13, 0, 10), ValueError, "batch must be >= 1"),
+    (lambda: roofline.decode_step(LLAMA13, 1, -1), ValueError, "context_len must be >= 0"),
+    (lambda: roofline.decode_step(LLAMA13, 1.5, 1), TypeError, "batch must be a whole number"),
+    (lambda: roofline.decode_step("gpt-9", 1, 1), ValueError, "unknown model"),
+    (lambda: roofline.bound("step", A100), TypeError, "step must be a StepCost"),
+    (lambda: roofline.decode_time(LLAMA13, A100, 1, 0, -1), ValueError, "steps must be >= 0"),
+    (lambda: roofline.scheme_bounds(LLAMA13, A100, "train", 1, 1), ValueError, "step must be 'prefill' or 'decode'"),
+    (lambda: roofline.matmul_params(models.ModelSpec("x", n_layers=1, d_model=8, n_heads=1)), ValueError,
+     "needs n_params"),
+])
+def test_bad_input_is_named(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
+def test_zero_steps_take_no_time():
+    assert roofline.decode_time(LLAMA13, A100, 4, 100, 0) == 0.0
+    assert math.isfinite(roofline.decode_time(LLAMA13, A100, 4, 100, 1))
