@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from servebook import advisor, paging, roofline
 from servebook.advisor import Workload
+from servebook.models import ModelSpec
 from servebook.units import GiB
 
 A = advisor.L51_SCENARIOS["A"]
@@ -146,6 +147,9 @@ def test_levers_never_fit_fewer_requests(model, gpu, prompt, output, batch, extr
      "known GPUs: a100-80gb-sxm, h100-sxm, h200, l4, t4"),
     (lambda: advisor.advise("llama-2-13b", "h100-sxm", {"prompt_len": 10}), TypeError, "workload must be a Workload"),
     (lambda: advisor.advise("llama-2-13b", "h100-sxm", Workload(10, 10)).lever("LoRA"), ValueError, "unknown lever"),
+    (lambda: advisor.advise(ModelSpec("shape only", n_layers=2, d_model=64, n_heads=4), "t4", Workload(10, 10)),
+     ValueError, "needs the model's parameter count"),
+    (lambda: advisor.advise(13e9, "t4", Workload(10, 10)), TypeError, "model must be a ModelSpec"),
 ])
 def test_bad_input_is_named(call, error, match):
     with pytest.raises(error, match=match):

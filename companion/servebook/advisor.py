@@ -26,9 +26,9 @@ import math
 from dataclasses import dataclass, field, replace
 from numbers import Integral, Real
 
-from . import memory, paging, roofline
+from . import memory, models, paging, roofline
 from .models import ModelSpec
-from .units import GiB, MiB
+from .units import GiB, MiB, canonical_dtype
 
 GOALS = ("throughput", "latency")
 BATCHING = ("static", "continuous")
@@ -90,7 +90,7 @@ class Workload:
         if self.batching not in BATCHING:
             raise ValueError(f"batching must be one of {', '.join(BATCHING)}, got {self.batching!r}")
         roofline.scheme(self.weights)
-        memory.kv_bytes_per_token("llama-2-7b", self.kv_dtype)  # validates the dtype name
+        canonical_dtype(self.kv_dtype)
         if isinstance(self.overhead, bool) or not isinstance(self.overhead, Real):
             raise TypeError(f"overhead must be a number of bytes, got {self.overhead!r}")
         if not math.isfinite(self.overhead) or self.overhead < 0 or self.overhead != int(self.overhead):
@@ -297,7 +297,11 @@ def _note(lever: str, base: Served, new: Served, w: Workload) -> str:
 
 def advise(model: ModelSpec | str, gpu: roofline.GPU | str, workload: Workload) -> Advice:
     """Diagnose ``workload`` on ``model`` + ``gpu`` and rank the four levers by the workload's goal."""
-    spec = roofline._model(model)
+    if not isinstance(model, (ModelSpec, str)):
+        raise TypeError(f"model must be a ModelSpec or a registry name, got {type(model).__name__}")
+    spec = model if isinstance(model, ModelSpec) else models.get(model)
+    if spec.n_params is None:
+        raise ValueError(f"{spec.name}: the advisor needs the model's parameter count (n_params)")
     device = roofline.gpu(gpu)
     if not isinstance(workload, Workload):
         raise TypeError(f"workload must be a Workload, got {type(workload).__name__}")
