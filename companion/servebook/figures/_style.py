@@ -81,5 +81,9 @@ def save(fig: Figure, path: str | Path | io.BytesIO, fmt: str | None = None) -> 
     if fmt is None:
         fmt = Path(path).suffix.lstrip(".")
     with matplotlib.rc_context(RC):
+        # Constrained layout reaches its fixed point in two passes; without them the first file
+        # written from a new figure can differ by a pixel of layout from every later one.
+        for _ in range(2):
+            fig.draw_without_rendering()
         fig.savefig(path, format=fmt, metadata=_METADATA.get(fmt, {}))
     return path

@@ -16,16 +16,6 @@ PRECISION_COLOURS = {"fp16": _style.SEQUENCE[0], "int8": _style.SEQUENCE[3], "in
 
 
 
-def _settled(fig: Figure) -> Figure:
-    """Run the constrained layout to its fixed point (two passes here), so the first save is not special.
-
-    Without it, a PNG saved straight away and one saved after an SVG differ by a pixel of layout.
-    """
-    with matplotlib.rc_context(_style.RC):
-        for _ in range(2):
-            fig.draw_without_rendering()
-    return fig
-
 def memory_buckets(n_params: int = 13 * 10**9, model: str = "llama-2-13b", seq_len: int = 4096, batch: int = 16,
                    gpu_gb: int = 80) -> Figure:
     """Weights (orange) and KV cache (teal) stacked on an ``gpu_gb`` GB GPU, for FP16, INT8 and INT4 weights."""
@@ -58,7 +48,7 @@ def memory_buckets(n_params: int = 13 * 10**9, model: str = "llama-2-13b", seq_l
                      f"on one {gpu_gb} GB GPU")
         fig.legend(loc="outside lower center", ncols=3)
         ax.grid(axis="y", visible=False)
-    return _settled(fig)
+    return fig
 
 
 def users_that_fit(model: str = "llama-2-13b", gpu: str = "a100-80gb-sxm", overhead_gib: int = 4,
@@ -90,7 +80,7 @@ def users_that_fit(model: str = "llama-2-13b", gpu: str = "a100-80gb-sxm", overh
                      "FP16 KV")
         ax.set_xlim(seq[0], max_seq_len * 1.06)
         ax.legend(loc="upper right")
-    return _settled(fig)
+    return fig
 
 
 def lever_gains(scenarios: tuple[str, ...] = ("A", "B")) -> Figure:
@@ -117,7 +107,7 @@ def lever_gains(scenarios: tuple[str, ...] = ("A", "B")) -> Figure:
         axes[-1].set_xlabel("gain on the goal metric, × the baseline server (roofline bounds)")
         axes[-1].set_xlim(0, max(r.gain(s.workload.goal) for s, a in zip(chosen, advices, strict=True)
                                  for r in a.ranking) * 1.45)
-    return _settled(fig)
+    return fig
 
 
 FIGURES = {

@@ -14,16 +14,6 @@ DECODE = _style.ACCENT        # blue: decode points
 
 
 
-def _settled(fig: Figure) -> Figure:
-    """Run the constrained layout to its fixed point (two passes here), so the first save is not special.
-
-    Without it, a PNG saved straight away and one saved after an SVG differ by a pixel of layout.
-    """
-    with matplotlib.rc_context(_style.RC):
-        for _ in range(2):
-            fig.draw_without_rendering()
-    return fig
-
 def roofline_prefill_decode(model: str = "llama-2-13b", gpu: str = "a100-80gb-sxm", context_len: int = 512,
                             decode_batches: tuple[int, ...] = (1, 16, 64, 256),
                             prefills: tuple[tuple[int, int], ...] = ((1, 512), (8, 2048))) -> Figure:
@@ -65,7 +55,7 @@ def roofline_prefill_decode(model: str = "llama-2-13b", gpu: str = "a100-80gb-sx
         ax.set_xlim(x[0], x[-1])
         ax.set_ylim(0.2, device.int8_ops / 1e12 * 2.5)
         ax.legend(loc="upper left", fontsize=9)
-    return _settled(fig)
+    return fig
 
 
 def quant_speedup(model: str = "llama-2-13b", gpu: str = "a100-80gb-sxm", max_tokens: int = 16_384) -> Figure:
@@ -101,7 +91,7 @@ def quant_speedup(model: str = "llama-2-13b", gpu: str = "a100-80gb-sxm", max_to
         ax.set_title(f"{model} on {device.name}: W4A16 wins small steps, loses big ones")
         ax.set_ylim(0, 4.2)
         ax.legend(loc="upper right")
-    return _settled(fig)
+    return fig
 
 
 FIGURES = {
