@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(1)  # the machine is shared; one thread is also what makes runs repeatable
     torch.manual_seed(args.seed)
     args.out.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
 
     train_docs, held_docs, held_names = build_corpus()
     tokenizer = train_tokenizer(train_docs, args.out)
@@ -199,6 +199,7 @@ def main(argv: list[str] | None = None) -> None:
         "heldout_loss_saved": round(final, 4), "heldout_ppl_saved": round(math.exp(final), 3),
         "history": history,
         "train_seconds": round(time.perf_counter() - started, 1),
+        "cpu_seconds": round(time.process_time() - cpu_started, 1),
         "python": platform.python_version(), "torch": torch.__version__,
         "transformers": __import__("transformers").__version__, "tokenizers": __import__("tokenizers").__version__,
         "machine": platform.machine(), "command": " ".join([Path(sys.argv[0]).name, *(argv or sys.argv[1:])]),

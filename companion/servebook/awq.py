@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from . import quant
-from .gptq import HessianAccumulator, _check_matrix, as_mapping, check_group_size
+from .gptq import HessianAccumulator, _check_matrix, as_mapping, check_group_size, one_thread_on_cpu
 from .quant import Mapping, QParams, Rounding
 
 __all__ = ["AWQResult", "activation_scale", "awq_scales", "output_error", "search_scale", "awq_quantize"]
@@ -106,14 +106,15 @@ def search_scale(weights, mean_abs: torch.Tensor, gram: torch.Tensor, bits: int 
 
     history = []
     best = (float("inf"), 0.0, None)
-    for step in range(grid):
-        alpha = step / grid
-        s = awq_scales(mean_abs, alpha)
-        error = sum(output_error(w, _fake_rtn(w.float() * s, bits, group_size, mapping, rounding) / s, gram)
-                    for w in weights)
-        history.append((alpha, error))
-        if error < best[0]:
-            best = (error, alpha, s)
+    with one_thread_on_cpu(weights[0].device):
+        for step in range(grid):
+            alpha = step / grid
+            s = awq_scales(mean_abs, alpha)
+            error = sum(output_error(w, _fake_rtn(w.float() * s, bits, group_size, mapping, rounding) / s, gram)
+                        for w in weights)
+            history.append((alpha, error))
+            if error < best[0]:
+                best = (error, alpha, s)
     return best[2], best[1], tuple(history)
 
 

@@ -31,7 +31,7 @@ from torch import nn
 
 from . import memory, quant
 from .awq import search_scale
-from .gptq import HessianAccumulator, as_mapping, gptq_quantize
+from .gptq import HessianAccumulator, as_mapping, gptq_quantize, one_thread_on_cpu
 from .quant import Mapping, QParams, Rounding
 
 __all__ = ["METHODS", "PACKABLE_BITS", "QuantizedLinear", "QuantizationReport", "rtn_quantize",
@@ -270,7 +270,7 @@ def quantize_model(model: nn.Module, method: str = "rtn", *, bits: int = 4, grou
     started = time.perf_counter()
     report = QuantizationReport(model, method, bits, group_size, mapping, [], 0, 0, 0, 0.0)
     options = dict(bits=bits, group_size=g, mapping=mapping, rounding=rounding)
-    with torch.no_grad():
+    with torch.no_grad(), one_thread_on_cpu(next(model.parameters()).device):
         if method == "rtn":
             for name, linear in targets.items():
                 tick = time.perf_counter()

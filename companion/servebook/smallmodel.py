@@ -23,7 +23,8 @@ from pathlib import Path
 import torch
 
 __all__ = ["TINY_LLAMA", "CACHE_DIR", "load", "heldout_text", "calibration_text", "encode", "calibration_batch",
-           "perplexity", "fingerprint", "cached", "perplexity_table", "TABLE_ROWS"]
+           "perplexity", "fingerprint", "cached", "perplexity_table", "TABLE_ROWS", "layer_statistics",
+           "layer_errors"]
 
 DATA = Path(__file__).parent / "data"
 TINY_LLAMA = DATA / "tiny-llama"
@@ -97,16 +98,19 @@ def perplexity(model, ids: torch.Tensor, seq_len: int = 128, batch_size: int = 1
     limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
     if limit is not None and seq_len > limit:
         raise ValueError(f"seq_len {seq_len} is longer than the model's {limit} positions")
+    from .gptq import one_thread_on_cpu
+
     device = next(model.parameters()).device
     windows = ids[: n * seq_len].view(n, seq_len)
     total, count = 0.0, 0
-    for batch in windows.split(batch_size):
-        batch = batch.to(device)
-        logits = model(input_ids=batch, use_cache=False).logits.float()
-        loss = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), batch[:, 1:].flatten(),
-                                                 reduction="sum")
-        total += loss.item()
-        count += batch[:, 1:].numel()
+    with one_thread_on_cpu(device):
+        for batch in windows.split(batch_size):
+            batch = batch.to(device)
+            logits = model(input_ids=batch, use_cache=False).logits.float()
+            loss = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), batch[:, 1:].flatten(),
+                                                     reduction="sum")
+            total += loss.item()
+            count += batch[:, 1:].numel()
     return math.exp(total / count)
 
 
@@ -195,3 +199,75 @@ def perplexity_table(rows=TABLE_ROWS, *, n_calibration: int = 64, seq_len: int =
     if not use_cache:
         return compute()
     return cached("perplexity-table", fingerprint(settings), compute)
+
+
+@torch.no_grad()
+def layer_statistics(model, calibration: torch.Tensor, batch_size: int = 16) -> dict:
+    """Activation statistics (:class:`~servebook.gptq.HessianAccumulator`) of every quantizable linear layer.
+
+    One pass of the *float* model over ``calibration`` (n_samples x seq_len token ids): every layer
+    sees unquantized inputs, so layers can be compared one by one, method against method.
+    """
+    from .gptq import HessianAccumulator, one_thread_on_cpu
+    from .qmodel import linear_layers
+
+    layers = linear_layers(model)
+    stats = {name: HessianAccumulator(layer.in_features) for name, layer in layers.items()}
+    handles = [layer.register_forward_hook(lambda m, args, out, name=name: stats[name].add(args[0]))
+               for name, layer in layers.items()]
+    try:
+        with one_thread_on_cpu(next(model.parameters()).device):
+            for batch in calibration.split(batch_size):
+                model(input_ids=batch, use_cache=False)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return stats
+
+
+def layer_errors(bits: int = 4, group_size: int = 128, *, n_calibration: int = 64, seq_len: int = 128,
+                 seed: int = 0, use_cache: bool = True) -> list[dict]:
+    """Relative output error ``||X (W - W_hat)^T|| / ||X W^T||`` of each linear layer of the tiny Llama,
+    for RTN, GPTQ and AWQ at the same bits and group size, on the same (float) calibration activations.
+    """
+    settings = {"bits": bits, "group_size": group_size, "n_calibration": n_calibration, "seq_len": seq_len,
+                "seed": seed, "what": "layer_errors"}
+
+    def compute():
+        from .awq import awq_quantize, output_error
+        from .gptq import gptq_quantize
+        from .qmodel import linear_layers, rtn_quantize
+        from .quant import dequantize
+
+        model, tokenizer = load("tiny-llama")
+        calibration = calibration_batch(encode(tokenizer, calibration_text()), n_calibration, seq_len, seed)
+        stats = layer_statistics(model, calibration)
+        rows = []
+        for name, layer in linear_layers(model).items():
+            W = layer.weight.detach().float()
+            gram = stats[name].H / 2
+            reference = output_error(W, torch.zeros_like(W), gram)
+            codes, qparams = rtn_quantize(W, bits, group_size)
+            candidates = {
+                "rtn": dequantize(codes, qparams, dtype=torch.float32),
+                "gptq": gptq_quantize(W, stats[name].H, bits, group_size).dequantize(),
+                "awq": awq_quantize(W, None, bits, group_size, mean_abs=stats[name].mean_abs,
+                                    gram=gram).effective_weight(),
+            }
+            row = {"layer": name}
+            for method, W_hat in candidates.items():
+                row[method] = round(math.sqrt(output_error(W, W_hat, gram) / reference), 6)
+            rows.append(row)
+        return rows
+
+    if not use_cache:
+        return compute()
+    return cached("layer-errors", fingerprint(settings), compute)
+
+
+if __name__ == "__main__":
+    # Refresh the cached chapter results: python -m servebook.smallmodel
+    for row in perplexity_table():
+        print(row)
+    for row in layer_errors():
+        print(row)

@@ -1,0 +1,139 @@
+"""GPTQ: beats round-to-nearest on the layer's output, agrees with it where the methods coincide, bad input."""
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from servebook import gptq, quant
+from servebook.quant import Mapping
+
+
+def correlated_inputs(n_tokens: int, in_features: int, seed: int) -> torch.Tensor:
+    """Activations whose channels are correlated (as in a real layer): X = Z A with a dense mixing A."""
+    g = torch.Generator().manual_seed(seed)
+    mixing = torch.randn(in_features, in_features, generator=g) / in_features**0.5 + torch.eye(in_features)
+    return torch.randn(n_tokens, in_features, generator=g) @ mixing
+
+
+def rtn(W: torch.Tensor, bits: int, group_size, mapping=Mapping.ASYMMETRIC) -> torch.Tensor:
+    if group_size is None:
+        qparams = quant.choose_qparams(W, bits, mapping, axis=0)
+    else:
+        qparams = quant.choose_qparams(W, bits, mapping, group_size=group_size)
+    return quant.fake_quantize(W, qparams)
+
+
+@pytest.fixture(scope="module")
+def layer():
+    g = torch.Generator().manual_seed(0)
+    W = torch.randn(32, 128, generator=g) * 0.05
+    X = correlated_inputs(512, 128, seed=1)
+    return W, X, gptq.hessian(X)
+
+
+@pytest.mark.parametrize(("bits", "group_size", "act_order"),
+                         [(4, None, False), (4, 64, False), (4, 32, False), (4, 32, True), (3, 64, True)])
+def test_gptq_beats_rtn_on_random_layer(layer, group_size, act_order, bits):
+    W, X, H = layer
+    result = gptq.gptq_quantize(W, H, bits, group_size, act_order=act_order)
+    ours = gptq.layer_error(W, result.dequantize(), X)
+    baseline = gptq.layer_error(W, rtn(W, bits, group_size), X)
+    assert ours < 0.8 * baseline
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 10_000), out=st.sampled_from([8, 16]), groups=st.sampled_from([1, 2, 3]),
+       group_size=st.sampled_from([8, 16]))
+def test_gptq_never_worse_than_rtn_with_correlated_inputs(seed, out, groups, group_size):
+    in_features = groups * group_size
+    W = torch.randn(out, in_features, generator=torch.Generator().manual_seed(seed))
+    X = correlated_inputs(8 * in_features, in_features, seed + 1)
+    result = gptq.gptq_quantize(W, gptq.hessian(X), 4, group_size)
+    assert gptq.layer_error(W, result.dequantize(), X) <= gptq.layer_error(W, rtn(W, 4, group_size), X)
+
+
+@pytest.mark.parametrize(("group_size", "mapping"),
+                         [(None, Mapping.ASYMMETRIC), (32, Mapping.ASYMMETRIC), (64, Mapping.SYMMETRIC)])
+def test_diagonal_hessian_gives_round_to_nearest_codes(layer, group_size, mapping):
+    """Uncorrelated inputs leave no error to feed forward: GPTQ's codes are the basic quantizer's."""
+    W, X, _ = layer
+    H = torch.diag(torch.diag(gptq.hessian(X)))
+    result = gptq.gptq_quantize(W, H, 4, group_size, mapping=mapping)
+    qparams = (quant.choose_qparams(W, 4, mapping, axis=0) if group_size is None
+               else quant.choose_qparams(W, 4, mapping, group_size=group_size))
+    assert torch.equal(result.codes, quant.quantize(W, qparams))
+    assert torch.equal(result.qparams.scale, qparams.scale)
+    assert torch.equal(result.qparams.zero_point, qparams.zero_point)
+
+
+def test_result_is_in_the_quantizers_format(layer):
+    W, _, H = layer
+    result = gptq.gptq_quantize(W, H, 4, 32)
+    qp = result.qparams
+    assert (qp.bits, qp.mapping, qp.axis, qp.group_size) == (4, Mapping.ASYMMETRIC, 1, 32)
+    assert qp.scale.shape == qp.zero_point.shape == (32, 128 // 32)
+    assert result.codes.shape == W.shape and not result.codes.is_floating_point()
+    assert 0 <= int(result.codes.min()) and int(result.codes.max()) <= 15
+    torch.testing.assert_close(result.dequantize(), quant.dequantize(result.codes, qp))
+    per_row = gptq.gptq_quantize(W, H, 4, None)
+    assert per_row.qparams.axis == 0 and per_row.qparams.scale.shape == (32,)
+
+
+def test_block_size_changes_speed_not_result(layer):
+    W, _, H = layer
+    a = gptq.gptq_quantize(W, H, 4, 16, block_size=16)
+    b = gptq.gptq_quantize(W, H, 4, 16, block_size=64)
+    assert (a.codes == b.codes).float().mean() > 0.999
+    torch.testing.assert_close(a.qparams.scale, b.qparams.scale, rtol=1e-4, atol=1e-6)
+
+
+def test_act_order_keeps_contiguous_groups_from_original_weights(layer):
+    W, _, H = layer
+    result = gptq.gptq_quantize(W, H, 4, 64, act_order=True)
+    static = quant.choose_qparams(W, 4, group_size=64)
+    assert torch.equal(result.qparams.scale, static.scale)
+    assert result.perm is not None and sorted(result.perm.tolist()) == list(range(128))
+
+
+def test_dead_inputs_get_zero_weights(layer):
+    W, X, _ = layer
+    X = X.clone()
+    X[:, :3] = 0
+    result = gptq.gptq_quantize(W, gptq.hessian(X), 4, 32)
+    assert torch.count_nonzero(result.dequantize()[:, :3]) == 0
+
+
+def test_hessian_accumulates_batches_like_one(layer):
+    _, X, H = layer
+    acc = gptq.HessianAccumulator(128)
+    for part in X.split(200):
+        acc.add(part.view(-1, 2, 128) if len(part) % 2 == 0 else part)
+    torch.testing.assert_close(acc.H, H, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(acc.mean_abs, X.abs().mean(0), rtol=1e-4, atol=1e-6)
+
+
+def test_bad_input(layer):
+    W, X, H = layer
+    with pytest.raises(ValueError, match="group_size"):
+        gptq.gptq_quantize(W, H, 4, 100)
+    with pytest.raises(ValueError, match="H must be"):
+        gptq.gptq_quantize(W, H[:64, :64], 4, 32)
+    with pytest.raises(ValueError, match="2-D"):
+        gptq.gptq_quantize(W[0], H, 4, 32)
+    with pytest.raises(ValueError, match="bits"):
+        gptq.gptq_quantize(W, H, 17, 32)
+    with pytest.raises(ValueError, match="damp"):
+        gptq.gptq_quantize(W, H, 4, 32, damp=0)
+    with pytest.raises(ValueError, match="block_size"):
+        gptq.gptq_quantize(W, H, 4, 64, block_size=48)
+    with pytest.raises(ValueError, match="finite"):
+        gptq.gptq_quantize(W * float("nan"), H, 4, 32)
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        gptq.gptq_quantize(W.numpy(), H, 4, 32)
+    with pytest.raises(ValueError, match="mapping"):
+        gptq.gptq_quantize(W, H, 4, 32, mapping="sideways")
+    with pytest.raises(ValueError, match="in_features"):
+        gptq.HessianAccumulator(128).add(X[:, :10])
+    with pytest.raises(ValueError, match="no activations"):
+        _ = gptq.HessianAccumulator(8).H
