@@ -102,7 +102,7 @@ def _plain_log_axis(ax, ticks: set[int]) -> None:
 def lab_step_times(results: dict[str, Any] | None = None) -> Figure:
     """Prefill time against tokens per step, and decode step time against batch, with roofline bounds if known."""
     results = _results(results)
-    fig, (left, right) = _style.new_figure(9.0, 3.8, ncols=2)
+    fig, (left, right) = _style.new_figure(9.0, 4.6, ncols=2)
     prefill = _series([r for r in results["rows"] if r["quantity"] == "prefill_s"])
     decode = _series([r for r in results["rows"] if r["quantity"] == "decode_s"])
     with matplotlib.rc_context(_style.RC):
@@ -116,7 +116,8 @@ def lab_step_times(results: dict[str, Any] | None = None) -> Figure:
         right.set_xlabel("batch B (sequences per decode step)")
         right.set_ylabel("decode step time (ms)")
         right.set_title("Decode: one token per sequence, after S")
-        right.legend(loc="upper left", fontsize=7)
+        handles, labels = right.get_legend_handles_labels()
+        fig.legend(handles, labels, loc="outside lower center", ncols=min(4, max(1, len(labels))), fontsize=7)
         bound_note = ("dashed: servebook.roofline lower bound" if bound_left or bound_right
                       else "no roofline prediction for this device")
         fig.suptitle(f"Step times, median of repeats ({_where(results)}); {bound_note}", fontsize=10)
