@@ -315,3 +315,41 @@ def test_cache_tensors_are_read_in_every_layout():
         lab.cache_tensors(None)
     with pytest.raises(TypeError, match="tensors of a int"):
         lab.cache_tensors(3)
+
+
+# --- the GPU path, exercised on the CPU with CUDA's bookkeeping faked ---------------------------------------------
+
+
+class FakeT4(lab.Device):
+    """A "CUDA" device whose tensors live on the CPU: runs every GPU-only branch of the lab without a GPU."""
+
+    @property
+    def torch_device(self):
+        return torch.device("cpu")
+
+    def synchronize(self):
+        pass
+
+
+def test_the_cuda_path_adds_allocator_peak_and_roofline_rows(monkeypatch):
+    allocated = iter(range(0, 10**12, 4096))
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda *_: next(allocated))
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *_: 10**12)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda *_: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *_: (10 * 1024**3, 15 * 1024**3))
+    device = FakeT4("cuda", "Tesla T4", total_memory=15 * 1024**3, roofline_gpu=lab.roofline_gpu_for("Tesla T4"))
+    config = lab.LabConfig.for_device(device, hub_model=None, random_models=("llama-2-7b",), batches=(1, 2),
+                                      prompt_lens=(8,), decode_steps=1, repeats=1, variants=("w4a16",),
+                                      perplexity_tokens=256, vllm=False)
+    assert config.dtype == "fp16" and config.reduce == 1
+    config.reduce = 16  # the real 7B shape is for a real GPU
+    results = lab.run_lab(config, device, log=lambda _: None)
+    quantities = {r["quantity"] for r in results["rows"]}
+    assert {"allocated_bytes", "peak_bytes", "prefill_s", "decode_s", "perplexity"} <= quantities
+    timed = [r for r in results["rows"] if r["unit"] in ("s", "tokens/s")]
+    assert timed and all(r["predicted"] and "t4" in r["basis"] for r in timed)
+    assert all(r["ratio"] >= 1 for r in timed if r["unit"] == "s"), "nothing runs faster than its roofline"
+    exact = [r for r in results["rows"] if r["quantity"] in ("weight_bytes", "kv_bytes")]
+    assert all(r["measured"] == r["predicted"] for r in exact)
+    assert results["device"]["kind"] == "cuda" and results["note"].startswith("measured on a GPU")
