@@ -184,13 +184,13 @@ def quant_outlier_clipping(r_min: str = "-0.6", r_max: str = "0.9", outlier: str
     ghosts = [float(quant.dequantize_affine(k, scale, zero_point)) for k in range(qmax + 1, wanted + 1)]
     fig, ax = _style.new_figure(7.2, 2.4)
     with matplotlib.rc_context(_style.RC):
-        _number_line(ax, values[0] - 0.05, float(Fraction(outlier)) + 0.3)
+        _number_line(ax, values[0] - 0.05, float(Fraction(outlier)) + 0.25)
         ax.plot(values, np.zeros_like(values), "|", color=GRID, markersize=18, markeredgewidth=2)
         ax.plot(ghosts, np.zeros_like(ghosts), "|", color=_style.FREE, markersize=18, markeredgewidth=2)
         for k, ghost in zip(range(qmax + 1, wanted + 1), ghosts, strict=True):
             ax.text(ghost, -0.3, str(k), ha="center", va="top", fontsize=7, color=_style.MUTED)
         ax.text(values[-1], -0.3, str(qmax), ha="center", va="top", fontsize=7, color=GRID)
-        ax.text(float(np.mean(ghosts)), 0.45, f"codes {qmax + 1}..{wanted} do not exist in 4 bits", ha="center",
+        ax.text(float(np.mean(ghosts)), 0.5, f"codes {qmax + 1}..{wanted} do not exist in 4 bits", ha="center",
                 fontsize=8, color=_style.MUTED)
         x_out = float(Fraction(outlier))
         ax.plot([x_out], [0.0], "o", color=TRUE, markersize=7, zorder=4)
@@ -198,10 +198,10 @@ def quant_outlier_clipping(r_min: str = "-0.6", r_max: str = "0.9", outlier: str
         ax.annotate("", (float(r_hat), -0.05), (x_out, -0.05),
                     arrowprops={"arrowstyle": "->", "color": TRUE, "linewidth": 1.4,
                                 "connectionstyle": "arc3,rad=0.35"})
-        ax.text((x_out + float(r_hat)) / 2, -0.55, f"saturates at q = {q}: r_hat = {float(r_hat):g}, "
+        ax.text(float(r_hat), -0.55, f"saturates at q = {q}: r_hat = {float(r_hat):g}, "
                 f"error {float(error):g} = {float(error / quant.error_bound(scale)):g} x s/2", ha="center",
                 fontsize=9, color=TRUE)
-        ax.text(x_out + 0.04, 0.0, f"r = {outlier}\nwants q = {wanted}", ha="left", va="center", fontsize=8,
+        ax.text(x_out, 0.1, f"r = {outlier}\nwants q = {wanted}", ha="center", va="bottom", fontsize=8,
                 color=TRUE)
         ax.set_ylim(-0.75, 0.65)
         ax.set_xlabel("real value r")
