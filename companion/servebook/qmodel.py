@@ -22,9 +22,11 @@ arithmetic.
 from __future__ import annotations
 
 import copy
+import math
 import numbers
 import time
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 import torch
 from torch import nn
@@ -35,10 +37,11 @@ from .gptq import HessianAccumulator, as_mapping, gptq_quantize, one_thread_on_c
 from .quant import Mapping, QParams, Rounding
 
 __all__ = ["METHODS", "PACKABLE_BITS", "QuantizedLinear", "QuantizationReport", "rtn_quantize",
-           "quantize_model", "linear_layers", "formula_bytes", "bits_per_weight"]
+           "quantize_model", "linear_layers", "formula_bytes", "bits_per_weight", "SIMULATED_BITS"]
 
 METHODS = ("rtn", "gptq", "awq")
 PACKABLE_BITS = (4, 8)
+SIMULATED_BITS = range(2, 9)   # pack=False: any width the methods handle, weights kept as dequantized floats
 GRANULARITIES = ("tensor", "channel")
 
 # Where 1/s goes for each group of Llama-family layers that read one input (names inside a decoder block).
@@ -183,12 +186,18 @@ def formula_bytes(out_features: int, in_features: int, bits: int, group_size: in
     """What :func:`servebook.memory.weight_bytes` says one quantized (out x in) weight costs.
 
     Per channel is one group per row (``g = in_features``); per tensor, one group in all.
+    Widths other than 4 and 8 bits (simulated, ``pack=False``) use the same formula with
+    ``bits / 8`` bytes per code: what tightly packed codes would take.
     """
     mapping = as_mapping(mapping)
     kind, g = _granularity(group_size)
-    g = {"group": g, "channel": in_features, "tensor": out_features * in_features}[kind]
-    return memory.weight_bytes(out_features * in_features, f"int{_check_bits(bits)}", group_size=g,
-                               scale_dtype="fp16", zero_points=mapping is Mapping.ASYMMETRIC)
+    n = out_features * in_features
+    g = {"group": g, "channel": in_features, "tensor": n}[kind]
+    zero_points = mapping is Mapping.ASYMMETRIC
+    if bits in PACKABLE_BITS:
+        return memory.weight_bytes(n, f"int{bits}", group_size=g, scale_dtype="fp16", zero_points=zero_points)
+    groups = math.ceil(Fraction(n, g))
+    return math.ceil(Fraction(n * bits, 8) + groups * Fraction(16 + (bits if zero_points else 0), 8))
 
 
 @dataclass
@@ -205,6 +214,7 @@ class QuantizationReport:
     bytes_before: int              # those weights at the dtype they had
     bytes_after: int               # codes + scales + zero points
     seconds: float
+    packed: bool = True            # False: simulated (weights kept as dequantized floats)
     layer_seconds: dict[str, float] = field(default_factory=dict)
     details: dict[str, object] = field(default_factory=dict)   # GPTQ loss / AWQ alpha per layer
 
@@ -214,7 +224,8 @@ class QuantizationReport:
 
     def describe(self) -> str:
         grid = f"g{self.group_size}" if isinstance(self.group_size, int) else f"per {self.group_size}"
-        return (f"{self.method.upper()} W{self.bits} {grid}: {len(self.layers)} linear layers, "
+        simulated = "" if self.packed else " (simulated, weights kept as floats)"
+        return (f"{self.method.upper()} W{self.bits} {grid}{simulated}: {len(self.layers)} linear layers, "
                 f"{self.n_params:,} weights, {self.bytes_before:,} -> {self.bytes_after:,} bytes "
                 f"({self.bits_per_weight:.3f} bits per weight), {self.seconds:.1f} s")
 
@@ -232,7 +243,7 @@ def linear_layers(model: nn.Module, skip=None) -> dict[str, nn.Linear]:
 def quantize_model(model: nn.Module, method: str = "rtn", *, bits: int = 4, group_size: int | str = 128,
                    calibration: torch.Tensor | None = None, mapping: Mapping | str = Mapping.ASYMMETRIC,
                    act_order: bool = False, damp: float = 0.01, block_size: int | None = None,
-                   grid: int = 20, batch_size: int = 16, skip=None, inplace: bool = False,
+                   grid: int = 20, batch_size: int = 16, skip=None, inplace: bool = False, pack: bool = True,
                    rounding: Rounding | str = Rounding.HALF_UP) -> QuantizationReport:
     """Replace the linear layers of ``model`` by :class:`QuantizedLinear` layers; return a report.
 
@@ -242,12 +253,20 @@ def quantize_model(model: nn.Module, method: str = "rtn", *, bits: int = 4, grou
       row) or ``"tensor"`` (one grid per weight matrix; RTN only).
     - ``calibration``: token ids, (n_samples, seq_len), for GPTQ and AWQ; RTN takes none.
     - ``skip``: names of linear layers to keep in float; the output embedding (``lm_head``) always is.
+    - ``pack=False`` simulates instead: each weight is replaced by its dequantized value in an
+      ordinary ``nn.Linear`` (same numbers, no memory saved), which allows any width from 2 to 8 bits;
+      ``bytes_after`` is then what tightly packed codes would take (:func:`formula_bytes`).
 
     The model is copied first unless ``inplace``.
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
-    bits = _check_bits(bits)
+    if not isinstance(pack, bool):
+        raise TypeError(f"pack must be a bool, got {type(pack).__name__}")
+    if pack:
+        bits = _check_bits(bits)
+    elif isinstance(bits, bool) or not isinstance(bits, numbers.Integral) or bits not in SIMULATED_BITS:
+        raise ValueError(f"bits must be in 2..8 when simulating (pack=False), got {bits!r}")
     kind, g = _granularity(group_size)
     mapping = as_mapping(mapping)
     if kind == "tensor" and method != "rtn":
@@ -268,7 +287,7 @@ def quantize_model(model: nn.Module, method: str = "rtn", *, bits: int = 4, grou
         targets = linear_layers(model, skip)
 
     started = time.perf_counter()
-    report = QuantizationReport(model, method, bits, group_size, mapping, [], 0, 0, 0, 0.0)
+    report = QuantizationReport(model, method, bits, group_size, mapping, [], 0, 0, 0, 0.0, packed=pack)
     options = dict(bits=bits, group_size=g, mapping=mapping, rounding=rounding)
     with torch.no_grad(), one_thread_on_cpu(next(model.parameters()).device):
         if method == "rtn":
@@ -293,12 +312,17 @@ def quantize_model(model: nn.Module, method: str = "rtn", *, bits: int = 4, grou
 
 
 def _replace(model: nn.Module, name: str, linear: nn.Linear, codes, qparams, report: QuantizationReport):
-    layer = QuantizedLinear.from_codes(linear, codes, qparams)
-    parent_name, _, child = name.rpartition(".")
-    setattr(model.get_submodule(parent_name) if parent_name else model, child, layer)
     report.layers.append(name)
     report.n_params += linear.weight.numel()
     report.bytes_before += linear.weight.numel() * linear.weight.element_size()
+    if not report.packed:
+        linear.weight.copy_(quant.dequantize(codes, qparams, dtype=torch.float32).to(linear.weight.dtype))
+        report.bytes_after += formula_bytes(linear.out_features, linear.in_features, qparams.bits,
+                                            report.group_size, qparams.mapping)
+        return
+    layer = QuantizedLinear.from_codes(linear, codes, qparams)
+    parent_name, _, child = name.rpartition(".")
+    setattr(model.get_submodule(parent_name) if parent_name else model, child, layer)
     report.bytes_after += layer.weight_nbytes()
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 __all__ = ["TINY_LLAMA", "CACHE_DIR", "load", "heldout_text", "calibration_text", "encode", "calibration_batch",
-           "perplexity", "fingerprint", "cached", "perplexity_table", "TABLE_ROWS", "layer_statistics",
+           "perplexity", "fingerprint", "cached", "perplexity_table", "TABLE_ROWS", "LOW_BIT_ROWS", "layer_statistics",
            "layer_errors"]
 
 DATA = Path(__file__).parent / "data"
@@ -162,19 +162,31 @@ TABLE_ROWS = (
     ("INT4 AWQ g32", "awq", 4, 32),
 )
 
+# Fewer bits than the kernels pack, simulated (pack=False): where the methods pull apart on a small model.
+LOW_BIT_ROWS = (
+    ("FP32", "fp32", 32, None),
+    ("INT3 RTN g128", "rtn", 3, 128),
+    ("INT3 GPTQ g128", "gptq", 3, 128),
+    ("INT3 AWQ g128", "awq", 3, 128),
+    ("INT2 RTN g128", "rtn", 2, 128),
+    ("INT2 GPTQ g128", "gptq", 2, 128),
+    ("INT2 AWQ g128", "awq", 2, 128),
+)
 
-def perplexity_table(rows=TABLE_ROWS, *, n_calibration: int = 64, seq_len: int = 128, seed: int = 0,
-                     use_cache: bool = True) -> list[dict]:
+
+def perplexity_table(rows=TABLE_ROWS, *, name: str = "table", n_calibration: int = 64, seq_len: int = 128,
+                     seed: int = 0, use_cache: bool = True) -> list[dict]:
     """Held-out perplexity of the tiny Llama under each quantization in ``rows``, with bytes and time.
 
     One dict per row: ``label, method, bits, group_size, perplexity, n_params, bytes, bits_per_weight,
-    seconds`` (seconds to quantize).  Cached by :func:`fingerprint` of code, weights and settings.
+    seconds`` (seconds to quantize), ``packed`` (False: simulated, for widths the kernels do not pack).
+    Cached as ``perplexity-<name>`` by :func:`fingerprint` of code, weights and settings.
     """
     rows = [tuple(row) for row in rows]
     settings = {"rows": rows, "n_calibration": n_calibration, "seq_len": seq_len, "seed": seed}
 
     def compute():
-        from .qmodel import linear_layers, quantize_model
+        from .qmodel import PACKABLE_BITS, linear_layers, quantize_model
 
         torch.manual_seed(seed)
         model, tokenizer = load("tiny-llama")
@@ -184,21 +196,23 @@ def perplexity_table(rows=TABLE_ROWS, *, n_calibration: int = 64, seq_len: int =
         table = []
         for label, method, bits, group_size in rows:
             tick = time.perf_counter()
+            packed = bits in PACKABLE_BITS
             if method == "fp32":
-                quantized, n_bytes, seconds = model, 4 * n_params, 0.0
+                quantized, n_bytes, seconds, packed = model, 4 * n_params, 0.0, False
             else:
-                report = quantize_model(model, method, bits=bits, group_size=group_size,
+                report = quantize_model(model, method, bits=bits, group_size=group_size, pack=packed,
                                         calibration=None if method == "rtn" else calibration)
                 quantized, n_bytes, seconds = report.model, report.bytes_after, report.seconds
             table.append({"label": label, "method": method, "bits": bits, "group_size": group_size,
                           "perplexity": round(perplexity(quantized, held, seq_len), 4), "n_params": n_params,
                           "bytes": n_bytes, "bits_per_weight": round(8 * n_bytes / n_params, 4),
-                          "seconds": round(seconds, 2), "seconds_total": round(time.perf_counter() - tick, 2)})
+                          "seconds": round(seconds, 2), "seconds_total": round(time.perf_counter() - tick, 2),
+                          "packed": packed})
         return table
 
     if not use_cache:
         return compute()
-    return cached("perplexity-table", fingerprint(settings), compute)
+    return cached(f"perplexity-{name}", fingerprint(settings), compute)
 
 
 @torch.no_grad()
@@ -228,7 +242,10 @@ def layer_statistics(model, calibration: torch.Tensor, batch_size: int = 16) -> 
 def layer_errors(bits: int = 4, group_size: int = 128, *, n_calibration: int = 64, seq_len: int = 128,
                  seed: int = 0, use_cache: bool = True) -> list[dict]:
     """Relative output error ``||X (W - W_hat)^T|| / ||X W^T||`` of each linear layer of the tiny Llama,
-    for RTN, GPTQ and AWQ at the same bits and group size, on the same (float) calibration activations.
+    for RTN, GPTQ and AWQ at the same bits and group size.
+
+    GPTQ and AWQ are fitted on the float model's calibration activations; the error is measured on
+    activations of the held-out text (``X``), which neither method saw.
     """
     settings = {"bits": bits, "group_size": group_size, "n_calibration": n_calibration, "seq_len": seq_len,
                 "seed": seed, "what": "layer_errors"}
@@ -242,17 +259,19 @@ def layer_errors(bits: int = 4, group_size: int = 128, *, n_calibration: int = 6
         model, tokenizer = load("tiny-llama")
         calibration = calibration_batch(encode(tokenizer, calibration_text()), n_calibration, seq_len, seed)
         stats = layer_statistics(model, calibration)
+        held = encode(tokenizer, heldout_text())
+        held_stats = layer_statistics(model, held[: len(held) // seq_len * seq_len].view(-1, seq_len))
         rows = []
         for name, layer in linear_layers(model).items():
             W = layer.weight.detach().float()
-            gram = stats[name].H / 2
+            gram = held_stats[name].H / 2
             reference = output_error(W, torch.zeros_like(W), gram)
             codes, qparams = rtn_quantize(W, bits, group_size)
             candidates = {
                 "rtn": dequantize(codes, qparams, dtype=torch.float32),
                 "gptq": gptq_quantize(W, stats[name].H, bits, group_size).dequantize(),
                 "awq": awq_quantize(W, None, bits, group_size, mean_abs=stats[name].mean_abs,
-                                    gram=gram).effective_weight(),
+                                    gram=stats[name].H / 2).effective_weight(),
             }
             row = {"layer": name}
             for method, W_hat in candidates.items():
@@ -268,6 +287,8 @@ def layer_errors(bits: int = 4, group_size: int = 128, *, n_calibration: int = 6
 if __name__ == "__main__":
     # Refresh the cached chapter results: python -m servebook.smallmodel
     for row in perplexity_table():
+        print(row)
+    for row in perplexity_table(LOW_BIT_ROWS, name="low-bits"):
         print(row)
     for row in layer_errors():
         print(row)

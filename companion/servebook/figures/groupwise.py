@@ -80,29 +80,35 @@ def groupwise_outliers(bits: int = 4, granularities: tuple = GRANULARITIES, fact
     return fig
 
 
-def gptq_awq_perplexity(table: list[dict] | None = None) -> Figure:
-    """Held-out perplexity of the tiny Llama under each quantization of the chapter's table."""
-    if table is None:
-        from ..smallmodel import perplexity_table
+def gptq_awq_perplexity(table: list[dict] | None = None, low_bits: list[dict] | None = None) -> Figure:
+    """Held-out perplexity of the tiny Llama: the chapter's INT8/INT4 table, and 3- and 2-bit (simulated)."""
+    from ..smallmodel import LOW_BIT_ROWS, perplexity_table
 
+    if table is None:
         table = perplexity_table()
-    labels = [row["label"] for row in table]
-    values = np.array([row["perplexity"] for row in table])
+    if low_bits is None:
+        low_bits = perplexity_table(LOW_BIT_ROWS, name="low-bits")
     fp32 = next(row["perplexity"] for row in table if row["method"] == "fp32")
-    fig, ax = _style.new_figure(7.0, 0.32 * len(table) + 1.2)
-    y = np.arange(len(table))[::-1]
+    panels = (("INT8 and INT4 (packed)", table), ("3 and 2 bits, g128 (simulated)", low_bits))
+    heights = [len(rows) for _, rows in panels]
+    fig, axes = _style.new_figure(7.4, 0.3 * sum(heights) + 1.6, nrows=2, height_ratios=heights, sharex=True)
+    top = max(row["perplexity"] for _, rows in panels for row in rows)
     with matplotlib.rc_context(_style.RC):
-        colours = [METHOD_COLOURS[row["method"]] for row in table]
-        ax.barh(y, values, color=colours, height=0.65)
-        ax.axvline(fp32, color=_style.MUTED, linestyle="--", linewidth=1)
-        for yy, value, row in zip(y, values, table, strict=True):
-            ax.text(value, yy, f" {value:.2f}  ({row['bits_per_weight']:.2f} bits/weight)", va="center", fontsize=8)
-        ax.set_yticks(y, labels)
-        ax.set_xscale("log")
-        ax.set_xlim(fp32 * 0.8, values.max() * 4)
-        ax.set_xlabel("held-out perplexity (log scale; dashed: FP32)")
-        ax.set_title("The tiny Llama on unseen Python docs: groups, GPTQ and AWQ close the INT4 gap")
-        ax.grid(axis="y", visible=False)
+        for ax, (title, rows) in zip(axes, panels, strict=True):
+            y = np.arange(len(rows))[::-1]
+            values = [row["perplexity"] for row in rows]
+            ax.barh(y, values, color=[METHOD_COLOURS[row["method"]] for row in rows], height=0.65)
+            ax.axvline(fp32, color=_style.MUTED, linestyle="--", linewidth=1)
+            for yy, row in zip(y, rows, strict=True):
+                change = round(100 * (row["perplexity"] / fp32 - 1), 1) + 0.0   # no "-0.0%"
+                note = "" if row["method"] == "fp32" else f"  {change:+.1f}%"
+                ax.text(row["perplexity"], yy, f" {row['perplexity']:.2f}{note}", va="center", fontsize=8)
+            ax.set_yticks(y, [row["label"] for row in rows], fontsize=8)
+            ax.set_title(title, fontsize=9, loc="left")
+            ax.grid(axis="y", visible=False)
+        axes[-1].set_xlim(fp32 * 0.97, top * 1.06)
+        axes[-1].set_xlabel("held-out perplexity (dashed: FP32; % change against FP32)")
+        fig.suptitle("The tiny Llama on unseen Python docs: INT4 costs little; at 2 bits GPTQ keeps the model")
     return fig
 
 
@@ -122,8 +128,9 @@ def gptq_awq_layer_errors(rows: list[dict] | None = None, group_size: int = 128)
             ax.bar(x + (k - 1) * width, [100 * row[method] for row in rows], width, color=METHOD_COLOURS[method],
                    label=method.upper())
         ax.set_xticks(x, names, rotation=90, fontsize=7)
-        ax.set_ylabel("||X (W - W_hat)^T|| / ||X W^T|| (%)")
-        ax.set_title(f"Every layer, INT4 g{group_size}: GPTQ and AWQ below round-to-nearest")
+        ax.set_ylabel("output error ||X (W - W_hat)^T|| / ||X W^T|| (%)", fontsize=9)
+        ax.set_title(f"Every layer, INT4 g{group_size}, on held-out text: GPTQ far below round-to-nearest, "
+                     "AWQ about level with it")
         ax.legend(loc="upper left", ncols=3)
         ax.grid(axis="x", visible=False)
     return fig
