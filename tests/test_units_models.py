@@ -84,9 +84,9 @@ def test_from_hf_config_names_the_missing_field():
 
 
 @pytest.mark.parametrize("kwargs, error, match", [
-    (dict(n_layers=0, d_model=512, n_heads=8), ValueError, "n_layers must be a positive int"),
-    (dict(n_layers=2, d_model=-512, n_heads=8), ValueError, "d_model must be a positive int"),
-    (dict(n_layers=2.5, d_model=512, n_heads=8), TypeError, "n_layers must be a positive int"),
+    (dict(n_layers=0, d_model=512, n_heads=8), ValueError, "n_layers must be >= 1"),
+    (dict(n_layers=2, d_model=-512, n_heads=8), ValueError, "d_model must be >= 1"),
+    (dict(n_layers=2.5, d_model=512, n_heads=8), TypeError, "n_layers must be a whole number"),
     (dict(n_layers=2, d_model=512, n_heads=8, n_kv_heads=3), ValueError, "divisible by n_kv_heads"),
     (dict(n_layers=2, d_model=500, n_heads=8), ValueError, "give head_dim explicitly"),
 ])

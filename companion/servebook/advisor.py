@@ -24,23 +24,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from numbers import Integral, Real
+from numbers import Real
 
 from . import memory, models, paging, roofline
+from .checks import whole
 from .models import ModelSpec
 from .units import GiB, MiB, canonical_dtype
 
 GOALS = ("throughput", "latency")
 BATCHING = ("static", "continuous")
 LEVERS = ("PagedAttention", "continuous batching", "W4A16", "W8A8")
-
-
-def _whole(name: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, Integral):
-        raise TypeError(f"{name} must be a whole number (int), got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
 
 
 @dataclass(frozen=True)
@@ -73,14 +66,14 @@ class Workload:
     block_size: int = 16
 
     def __post_init__(self) -> None:
-        _whole("prompt_len", self.prompt_len, 1)
-        _whole("output_len", self.output_len, 1)
+        whole("prompt_len", self.prompt_len, 1)
+        whole("output_len", self.output_len, 1)
         if self.batch is not None:
-            _whole("batch", self.batch, 1)
+            whole("batch", self.batch, 1)
         if self.output_len_max is not None:
-            _whole("output_len_max", self.output_len_max, self.output_len)
+            whole("output_len_max", self.output_len_max, self.output_len)
         if self.max_len is not None:
-            _whole("max_len", self.max_len, 1)
+            whole("max_len", self.max_len, 1)
             longest = self.prompt_len + (self.output_len_max or self.output_len)
             if longest > self.max_len:
                 raise ValueError(f"max_len ({self.max_len}) is shorter than a request "
@@ -96,7 +89,7 @@ class Workload:
         if not math.isfinite(self.overhead) or self.overhead < 0 or self.overhead != int(self.overhead):
             raise ValueError(f"overhead must be a whole number of bytes >= 0, got {self.overhead!r}")
         object.__setattr__(self, "overhead", int(self.overhead))
-        _whole("block_size", self.block_size, 1)
+        whole("block_size", self.block_size, 1)
 
     @property
     def tokens(self) -> int:

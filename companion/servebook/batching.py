@@ -30,12 +30,13 @@ import math
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from numbers import Integral, Real
+from numbers import Real
 from pathlib import Path
 
 import numpy as np
 
 from . import memory, models
+from .checks import positive, whole
 from .models import ModelSpec
 from .paging import NaiveAllocator, OutOfBlocks, PagedAllocator
 
@@ -46,23 +47,6 @@ __all__ = [
 
 POLICIES = ("static", "continuous")
 ALLOCATORS = ("paged", "naive")
-
-
-def _whole(name: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, Integral):
-        raise TypeError(f"{name} must be a whole number (int), got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
-
-
-def _positive(name: str, value, allow_zero: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, Real):
-        raise TypeError(f"{name} must be a number, got {value!r}")
-    value = float(value)
-    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        raise ValueError(f"{name} must be a finite number {'>= 0' if allow_zero else '> 0'}, got {value}")
-    return value
 
 
 # ---------------------------------------------------------------------------
@@ -88,11 +72,11 @@ class Request:
     prefix_len: int = 0
 
     def __post_init__(self) -> None:
-        _whole("request_id", self.request_id, 0)
-        _positive("arrival_s", self.arrival_s, allow_zero=True)
-        _whole("prompt_len", self.prompt_len, 1)
-        _whole("output_len", self.output_len, 1)
-        _whole("prefix_len", self.prefix_len, 0)
+        whole("request_id", self.request_id, 0)
+        positive("arrival_s", self.arrival_s, allow_zero=True)
+        whole("prompt_len", self.prompt_len, 1)
+        whole("output_len", self.output_len, 1)
+        whole("prefix_len", self.prefix_len, 0)
         if self.prefix_len > self.prompt_len:
             raise ValueError(f"prefix_len ({self.prefix_len}) exceeds prompt_len ({self.prompt_len})")
         if self.request_id >= 1 << 36:
@@ -134,14 +118,14 @@ def sample_trace(n_requests: int, *, seed: int = 0, prompt_mean: float = 160.0, 
     ``shared_prefix_len > 0`` gives each request one of ``n_prefix_groups`` common
     prompt prefixes of that length.
     """
-    n_requests = _whole("n_requests", n_requests, 1)
-    max_len = _whole("max_len", max_len, 2)
-    prompt_mean = _positive("prompt_mean", prompt_mean)
-    output_mean = _positive("output_mean", output_mean)
-    sigma = _positive("sigma", sigma, allow_zero=True)
-    shared_prefix_len = _whole("shared_prefix_len", shared_prefix_len, 0)
-    n_prefix_groups = _whole("n_prefix_groups", n_prefix_groups, 1)
-    rng = np.random.default_rng(_whole("seed", seed, 0))
+    n_requests = whole("n_requests", n_requests, 1)
+    max_len = whole("max_len", max_len, 2)
+    prompt_mean = positive("prompt_mean", prompt_mean)
+    output_mean = positive("output_mean", output_mean)
+    sigma = positive("sigma", sigma, allow_zero=True)
+    shared_prefix_len = whole("shared_prefix_len", shared_prefix_len, 0)
+    n_prefix_groups = whole("n_prefix_groups", n_prefix_groups, 1)
+    rng = np.random.default_rng(whole("seed", seed, 0))
     prompts = _lognormal_lengths(rng, n_requests, prompt_mean, sigma)
     outputs = _lognormal_lengths(rng, n_requests, output_mean, sigma)
     prompts = np.clip(prompts + shared_prefix_len, 1, max_len - 1)
@@ -149,7 +133,7 @@ def sample_trace(n_requests: int, *, seed: int = 0, prompt_mean: float = 160.0, 
     if arrival_rate is None:
         arrivals = np.zeros(n_requests)
     else:
-        gaps = rng.exponential(1.0 / _positive("arrival_rate", arrival_rate), n_requests)
+        gaps = rng.exponential(1.0 / positive("arrival_rate", arrival_rate), n_requests)
         arrivals = np.cumsum(gaps) - gaps[0]
     groups = rng.integers(0, n_prefix_groups, n_requests) if shared_prefix_len else np.full(n_requests, -1)
     return [
@@ -228,7 +212,7 @@ class IterationCost:
         return cls(weight_bytes=memory.weight_bytes(spec.n_params, dtype),
                    kv_bytes_per_token=memory.kv_bytes_per_token(spec, dtype),
                    flops_per_token=2.0 * spec.n_params,
-                   bandwidth=_positive("bandwidth", bandwidth), peak_flops=_positive("peak_flops", peak_flops))
+                   bandwidth=positive("bandwidth", bandwidth), peak_flops=positive("peak_flops", peak_flops))
 
     def seconds(self, tokens_processed: int, context_tokens: int) -> float:
         """One iteration that processes ``tokens_processed`` tokens over ``context_tokens`` cached ones."""
@@ -357,10 +341,10 @@ def simulate(requests: Sequence[Request], *, kv_slots: int, policy: str = "conti
         raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
     if allocator not in ALLOCATORS:
         raise ValueError(f"allocator must be one of {ALLOCATORS}, got {allocator!r}")
-    kv_slots = _whole("kv_slots", kv_slots, 1)
-    block_size = _whole("block_size", block_size, 1)
-    max_len = _whole("max_len", max_len, 1)
-    max_num_seqs = _whole("max_num_seqs", max_num_seqs, 1)
+    kv_slots = whole("kv_slots", kv_slots, 1)
+    block_size = whole("block_size", block_size, 1)
+    max_len = whole("max_len", max_len, 1)
+    max_num_seqs = whole("max_num_seqs", max_num_seqs, 1)
     if isinstance(watermark, bool) or not isinstance(watermark, Real) or not 0 <= watermark < 1:
         raise ValueError(f"watermark must be a share in [0, 1), got {watermark!r}")
     requests = list(requests)

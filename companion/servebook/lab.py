@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__, memory, models, roofline
+from .checks import byte_count, whole
 from .models import ModelSpec
 from .units import GiB, MiB
 
@@ -70,19 +71,6 @@ class ModelUnavailable(RuntimeError):
 
 class MeasurementSkipped(RuntimeError):
     """One measurement cannot run here (it would not fit, or ran out of memory); the message says why."""
-
-
-def _whole(name: str, value, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be a whole number (int), got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
-
-
-def _byte_count(name: str, value, allow_zero: bool = True) -> int:
-    _whole(name, value, 0 if allow_zero else 1)
-    return value
 
 
 def _torch():
@@ -612,7 +600,7 @@ def measure_generation(module, device: Device, batch: int, prompt_len: int, deco
     """
     for name, value, minimum in (("batch", batch, 1), ("prompt_len", prompt_len, 1),
                                  ("decode_steps", decode_steps, 1), ("repeats", repeats, 1)):
-        _whole(name, value, minimum)
+        whole(name, value, minimum)
     torch = _torch()
     cache_arg, has_logits_to_keep = _forward_kwargs(module)
     keep = {"logits_to_keep": 1} if has_logits_to_keep else {}
@@ -674,8 +662,8 @@ def perplexity(module, tokenizer, text: str, window: int = 128, max_tokens: int 
     """
     from . import smallmodel
 
-    _whole("window", window, 2)
-    _whole("max_tokens", max_tokens, window)
+    whole("window", window, 2)
+    whole("max_tokens", max_tokens, window)
     ids = smallmodel.encode(tokenizer, text)
     return float(smallmodel.perplexity(module, ids, seq_len=window, max_windows=max_tokens // window))
 
@@ -783,14 +771,14 @@ class LabConfig:
             if not values:
                 raise ValueError(f"{name} must name at least one size")
             for value in values:
-                _whole(name, value, 1)
+                whole(name, value, 1)
             setattr(self, name, values)
         for name in ("reduce", "group_size", "decode_steps", "repeats", "perplexity_window", "perplexity_tokens"):
-            _whole(name, getattr(self, name), 1)
+            whole(name, getattr(self, name), 1)
         for name in self.random_models:
             models.get(name)  # an unknown name fails here, naming the known ones
         if self.memory_budget is not None:
-            _byte_count("memory_budget", self.memory_budget, allow_zero=False)
+            byte_count("memory_budget", self.memory_budget, allow_zero=False)
 
     @classmethod
     def for_device(cls, device: Device, **overrides) -> LabConfig:
@@ -1005,9 +993,9 @@ def servebook_vllm_prediction(spec: ModelSpec, kv_memory: int, max_model_len: in
     request of ``max_model_len`` tokens needs ceil(max_model_len / block_size)
     of them, so the concurrency is blocks over that (vLLM prints it as a ratio).
     """
-    kv_memory = _byte_count("kv_memory", kv_memory)
-    max_model_len = _whole("max_model_len", max_model_len)
-    block_size = _whole("block_size", block_size)
+    kv_memory = byte_count("kv_memory", kv_memory)
+    max_model_len = whole("max_model_len", max_model_len)
+    block_size = whole("block_size", block_size)
     per_block = block_size * memory.kv_bytes_per_token(spec, dtype)
     blocks = memory.max_batch(kv_memory, per_block)
     blocks_per_request = math.ceil(max_model_len / block_size)

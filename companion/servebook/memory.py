@@ -13,43 +13,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from numbers import Integral, Real
 
 from . import models
+from .checks import byte_count, whole
 from .models import ModelSpec
 from .units import UNITS, bytes_per_element
 
 K_AND_V = 2  # one key vector and one value vector per token per layer
-
-
-def _spec(model: ModelSpec | str) -> ModelSpec:
-    if isinstance(model, ModelSpec):
-        return model
-    if isinstance(model, str):
-        return models.get(model)
-    raise TypeError(f"model must be a ModelSpec or a registry name, got {type(model).__name__}")
-
-
-def _count(name: str, value, minimum: int = 1) -> int:
-    """A whole number of tokens, requests, parameters... at least ``minimum``."""
-    if isinstance(value, bool) or not isinstance(value, Integral):
-        raise TypeError(f"{name} must be a whole number (int), got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
-
-
-def _bytes(name: str, value, allow_zero: bool = True) -> int:
-    """A byte amount: an int, or a real that is a whole number of bytes (``6.5 * GB``)."""
-    if isinstance(value, bool) or not isinstance(value, Real):
-        raise TypeError(f"{name} must be a number of bytes, got {value!r}")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value}")
-    if value < 0 or (value == 0 and not allow_zero):
-        raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'} bytes, got {value}")
-    if value != int(value):
-        raise ValueError(f"{name} must be a whole number of bytes, got {value}")
-    return int(value)
 
 
 def _ceil_bytes(amount: Fraction) -> int:
@@ -59,15 +29,15 @@ def _ceil_bytes(amount: Fraction) -> int:
 
 def kv_bytes_per_token(model: ModelSpec | str, dtype: str = "fp16") -> int:
     """KV-cache bytes one token adds: 2 * L * kv_dim * p, over all layers."""
-    spec = _spec(model)
+    spec = models.resolve(model)
     return _ceil_bytes(K_AND_V * spec.n_layers * spec.kv_dim * bytes_per_element(dtype))
 
 
 def kv_cache_bytes(model: ModelSpec | str, seq_len: int, batch: int = 1, dtype: str = "fp16") -> int:
     """KV-cache bytes for ``batch`` requests of ``seq_len`` tokens each: 2 * B * S * L * kv_dim * p."""
-    spec = _spec(model)
-    seq_len = _count("seq_len", seq_len)
-    batch = _count("batch", batch)
+    spec = models.resolve(model)
+    seq_len = whole("seq_len", seq_len)
+    batch = whole("batch", batch)
     return _ceil_bytes(K_AND_V * batch * seq_len * spec.n_layers * spec.kv_dim * bytes_per_element(dtype))
 
 
@@ -76,8 +46,8 @@ def max_batch(budget: int, per_request: int) -> int:
 
     A fraction of a request cannot be served, and rounding 12.8 up to 13 is an OOM.
     """
-    budget = _bytes("budget", budget)
-    per_request = _bytes("per_request", per_request, allow_zero=False)
+    budget = byte_count("budget", budget)
+    per_request = byte_count("per_request", per_request, allow_zero=False)
     return budget // per_request
 
 
@@ -90,10 +60,10 @@ def weight_bytes(n_params: int, dtype: str = "fp16", group_size: int | None = No
     asymmetric scheme, a zero point of the same width as the codes: the real
     cost of "4-bit" weights is a little over 4 bits.
     """
-    n_params = _count("n_params", n_params)
+    n_params = whole("n_params", n_params)
     total = n_params * bytes_per_element(dtype)
     if group_size is not None:
-        group_size = _count("group_size", group_size)
+        group_size = whole("group_size", group_size)
         groups = math.ceil(Fraction(n_params, group_size))
         total += groups * bytes_per_element(scale_dtype)
         if zero_points:
@@ -144,10 +114,10 @@ def capacity_plan(gpu: int, weights: int, per_request: int, overhead: int = 0) -
     Sizes are bytes; pass them in the unit the question uses (``80 * GiB`` or
     ``80 * GB``), and the plan answers in bytes.
     """
-    gpu = _bytes("gpu", gpu, allow_zero=False)
-    weights = _bytes("weights", weights)
-    overhead = _bytes("overhead", overhead)
-    per_request = _bytes("per_request", per_request, allow_zero=False)
+    gpu = byte_count("gpu", gpu, allow_zero=False)
+    weights = byte_count("weights", weights)
+    overhead = byte_count("overhead", overhead)
+    per_request = byte_count("per_request", per_request, allow_zero=False)
     if weights + overhead > gpu:
         raise ValueError(
             f"weights ({weights:,} B) + overhead ({overhead:,} B) exceed the GPU ({gpu:,} B): "

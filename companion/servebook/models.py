@@ -16,13 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be a positive int, got {value!r}")
-    if value <= 0:
-        raise ValueError(f"{name} must be a positive int (>= 1), got {value}")
-    return value
+from .checks import whole
 
 
 @dataclass(frozen=True)
@@ -50,12 +44,12 @@ class ModelSpec:
     notes: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
-        _positive_int("n_layers", self.n_layers)
-        _positive_int("d_model", self.d_model)
-        _positive_int("n_heads", self.n_heads)
+        whole("n_layers", self.n_layers)
+        whole("d_model", self.d_model)
+        whole("n_heads", self.n_heads)
         if self.n_kv_heads is None:
             object.__setattr__(self, "n_kv_heads", self.n_heads)
-        _positive_int("n_kv_heads", self.n_kv_heads)
+        whole("n_kv_heads", self.n_kv_heads)
         if self.n_heads % self.n_kv_heads:
             raise ValueError(
                 f"n_heads ({self.n_heads}) must be divisible by n_kv_heads ({self.n_kv_heads}): "
@@ -68,10 +62,10 @@ class ModelSpec:
                     "give head_dim explicitly"
                 )
             object.__setattr__(self, "head_dim", self.d_model // self.n_heads)
-        _positive_int("head_dim", self.head_dim)
+        whole("head_dim", self.head_dim)
         for name in ("n_params", "vocab_size", "intermediate_size", "max_seq_len"):
             if getattr(self, name) is not None:
-                _positive_int(name, getattr(self, name))
+                whole(name, getattr(self, name))
 
     @property
     def attention(self) -> str:
@@ -207,6 +201,15 @@ def get(name: str) -> ModelSpec:
     if key not in REGISTRY:
         raise ValueError(f"unknown model {name!r}; known models: {', '.join(REGISTRY)}")
     return REGISTRY[key]
+
+
+def resolve(model: ModelSpec | str) -> ModelSpec:
+    """A spec as given, or the registry's spec for a name: what functions taking ``model`` accept."""
+    if isinstance(model, ModelSpec):
+        return model
+    if isinstance(model, str):
+        return get(model)
+    raise TypeError(f"model must be a ModelSpec or a registry name, got {type(model).__name__}")
 
 
 def names() -> list[str]:

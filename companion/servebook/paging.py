@@ -35,6 +35,8 @@ from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from numbers import Integral
 
+from .checks import whole
+
 __all__ = [
     "Block", "BlockPool", "PagedAllocator", "NaiveAllocator", "OutOfBlocks",
     "KVUsage", "PagedUsage", "blocks_needed", "paged_slots", "paged_waste", "naive_waste", "block_hash",
@@ -49,14 +51,6 @@ class OutOfBlocks(RuntimeError):
     """
 
 
-def _whole(name: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, Integral):
-        raise TypeError(f"{name} must be a whole number (int), got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
-
-
 # ---------------------------------------------------------------------------
 # Closed forms: the arithmetic of the worked examples.
 
@@ -65,8 +59,8 @@ def blocks_needed(n_tokens: int, block_size: int) -> int:
 
     A ceiling, because the token that spills past a full block needs a whole new block.
     """
-    n_tokens = _whole("n_tokens", n_tokens, 0)
-    block_size = _whole("block_size", block_size, 1)
+    n_tokens = whole("n_tokens", n_tokens, 0)
+    block_size = whole("block_size", block_size, 1)
     return -(-n_tokens // block_size)
 
 
@@ -82,8 +76,8 @@ def paged_waste(n_tokens: int, block_size: int) -> int:
 
 def naive_waste(n_tokens: int, max_len: int) -> int:
     """Slots a contiguous ``max_len`` reservation leaves empty: ``max_len - n_tokens``."""
-    n_tokens = _whole("n_tokens", n_tokens, 0)
-    max_len = _whole("max_len", max_len, 1)
+    n_tokens = whole("n_tokens", n_tokens, 0)
+    max_len = whole("max_len", max_len, 1)
     if n_tokens > max_len:
         raise ValueError(f"n_tokens ({n_tokens}) exceeds max_len ({max_len}): the request does not fit its reservation")
     return max_len - n_tokens
@@ -222,8 +216,8 @@ class BlockPool:
     __slots__ = ("num_blocks", "block_size", "blocks", "_free", "_cached_free", "_by_hash", "tokens_in_use")
 
     def __init__(self, num_blocks: int, block_size: int) -> None:
-        self.num_blocks = _whole("num_blocks", num_blocks, 1)
-        self.block_size = _whole("block_size", block_size, 1)
+        self.num_blocks = whole("num_blocks", num_blocks, 1)
+        self.block_size = whole("block_size", block_size, 1)
         self.blocks = [Block(i) for i in range(self.num_blocks)]
         self._free: list[Block] = self.blocks[::-1]           # pop() hands out block 0 first
         self._cached_free: OrderedDict[int, Block] = OrderedDict()  # block_id -> block, LRU first
@@ -447,7 +441,7 @@ class PagedAllocator:
         sequences can still grow after the admission.  A prompt that could never
         fit (more blocks than the pool has) raises ``ValueError``, as ``allocate`` does.
         """
-        keep_free = _whole("keep_free", keep_free, 0)
+        keep_free = whole("keep_free", keep_free, 0)
         _, hits, n_new = self._plan(_token_ids(tokens))
         return self._fits(self.pool, hits, n_new, keep_free)
 
@@ -557,8 +551,8 @@ class NaiveAllocator:
     """
 
     def __init__(self, num_slots: int, max_len: int) -> None:
-        self.num_slots = _whole("num_slots", num_slots, 1)
-        self.max_len = _whole("max_len", max_len, 1)
+        self.num_slots = whole("num_slots", num_slots, 1)
+        self.max_len = whole("max_len", max_len, 1)
         self.num_regions = self.num_slots // self.max_len
         if self.num_regions == 0:
             raise ValueError(f"num_slots ({num_slots}) is smaller than one max_len region ({max_len})")

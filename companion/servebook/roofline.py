@@ -33,9 +33,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from numbers import Integral
 
 from . import memory, models
+from .checks import whole
 from .models import ModelSpec
 from .units import GB, MiB
 
@@ -210,29 +210,13 @@ def scheme(name: Scheme | str) -> Scheme:
 # What one step does.
 
 
-def _model(model: ModelSpec | str) -> ModelSpec:
-    if isinstance(model, ModelSpec):
-        return model
-    if isinstance(model, str):
-        return models.get(model)
-    raise TypeError(f"model must be a ModelSpec or a registry name, got {type(model).__name__}")
-
-
-def _whole(name: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, Integral):
-        raise TypeError(f"{name} must be a whole number (int), got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
-
-
 def matmul_params(model: ModelSpec | str) -> int:
     """Weights a token is multiplied by: all parameters but the input embedding table.
 
     The embedding is a lookup (no FLOPs, and only the looked-up rows are read);
     with tied embeddings the same matrix is also the LM head, so it counts.
     """
-    spec = _model(model)
+    spec = models.resolve(model)
     if spec.n_params is None:
         raise ValueError(f"{spec.name}: the roofline needs n_params")
     if spec.vocab_size is None or spec.tied_embeddings:
@@ -278,7 +262,7 @@ class StepCost:
 
 def _step(phase: str, model, batch: int, new_tokens: int, cached_tokens: int,
           weights: Scheme | str, kv_dtype: str) -> StepCost:
-    spec = _model(model)
+    spec = models.resolve(model)
     recipe = scheme(weights)
     n_matmul = matmul_params(spec)
     kv_per_token = memory.kv_bytes_per_token(spec, kv_dtype)
@@ -306,17 +290,17 @@ def prefill_step(model: ModelSpec | str, batch: int, prompt_len: int, weights: S
     ``cached_tokens`` is a prefix already in the KV cache (prefix caching, or a
     later chunk of a chunked prefill); it is read, not recomputed.
     """
-    batch = _whole("batch", batch, 1)
-    prompt_len = _whole("prompt_len", prompt_len, 1)
-    cached_tokens = _whole("cached_tokens", cached_tokens, 0)
+    batch = whole("batch", batch, 1)
+    prompt_len = whole("prompt_len", prompt_len, 1)
+    cached_tokens = whole("cached_tokens", cached_tokens, 0)
     return _step("prefill", model, batch, prompt_len, cached_tokens, weights, kv_dtype)
 
 
 def decode_step(model: ModelSpec | str, batch: int, context_len: int, weights: Scheme | str = "W16A16",
                 kv_dtype: str = "fp16") -> StepCost:
     """One decode step: each of ``batch`` sequences with ``context_len`` cached tokens adds one token."""
-    batch = _whole("batch", batch, 1)
-    context_len = _whole("context_len", context_len, 0)
+    batch = whole("batch", batch, 1)
+    context_len = whole("context_len", context_len, 0)
     return _step("decode", model, batch, 1, context_len, weights, kv_dtype)
 
 
@@ -434,7 +418,7 @@ def decode_time(model: ModelSpec | str, device: GPU | str, batch: int, context_l
     KV bytes read), so the sum is summed in closed form, split where the
     two lines cross, rather than step by step.
     """
-    steps = _whole("steps", steps, 0)
+    steps = whole("steps", steps, 0)
     if steps == 0:
         return 0.0
     device = gpu(device)
