@@ -222,12 +222,13 @@ class QuantizationReport:
     def bits_per_weight(self) -> float:
         return 8 * self.bytes_after / self.n_params
 
-    def describe(self) -> str:
+    def describe(self, timing: bool = True) -> str:
+        """One line: method, grid, layers, bytes before and after, bits per weight (and seconds)."""
         grid = f"g{self.group_size}" if isinstance(self.group_size, int) else f"per {self.group_size}"
         simulated = "" if self.packed else " (simulated, weights kept as floats)"
         return (f"{self.method.upper()} W{self.bits} {grid}{simulated}: {len(self.layers)} linear layers, "
                 f"{self.n_params:,} weights, {self.bytes_before:,} -> {self.bytes_after:,} bytes "
-                f"({self.bits_per_weight:.3f} bits per weight), {self.seconds:.1f} s")
+                f"({self.bits_per_weight:.3f} bits per weight)" + (f", {self.seconds:.1f} s" if timing else ""))
 
 
 def linear_layers(model: nn.Module, skip=None) -> dict[str, nn.Linear]:

@@ -141,10 +141,13 @@ def cached(kind: str, key: str, compute):
     if path.exists():
         return json.loads(path.read_text())
     result = compute()
-    CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    for old in CACHE_DIR.glob(f"{kind}-*.json"):
-        old.unlink()
-    path.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+    try:
+        CACHE_DIR.mkdir(parents=True, exist_ok=True)
+        for old in CACHE_DIR.glob(f"{kind}-*.json"):
+            old.unlink()
+        path.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+    except OSError:
+        pass   # a read-only install: the result is still right, only not kept
     return result
 
 
