@@ -39,11 +39,22 @@ def load(name: str = "tiny-llama", *, dtype=torch.float32, device: str | torch.d
     """``(model, tokenizer)`` in eval mode: the shipped ``"tiny-llama"``, a local directory, or a Hub id."""
     if not isinstance(name, str) or not name:
         raise TypeError(f"name must be 'tiny-llama', a directory or a Hugging Face Hub id, got {name!r}")
+    import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
     path = _path(name)
     tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+    # transformers 4.56 renamed torch_dtype to dtype; keep both working (Colab's version varies).
+    major, minor = (int(part) for part in transformers.__version__.split(".")[:2])
+    dtype_keyword = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()   # a progress bar per load would clutter every executed page
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, **{dtype_keyword: dtype}).to(device)
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
     model.eval()
     return model, tokenizer
 
@@ -229,13 +240,14 @@ def layer_statistics(model, calibration: torch.Tensor, batch_size: int = 16) -> 
     from .qmodel import linear_layers
 
     layers = linear_layers(model)
-    stats = {name: HessianAccumulator(layer.in_features) for name, layer in layers.items()}
+    stats = {name: HessianAccumulator(layer.in_features, device=layer.weight.device) for name, layer in layers.items()}
     handles = [layer.register_forward_hook(lambda m, args, out, name=name: stats[name].add(args[0]))
                for name, layer in layers.items()]
+    device = next(model.parameters()).device
     try:
-        with one_thread_on_cpu(next(model.parameters()).device):
+        with one_thread_on_cpu(device):
             for batch in calibration.split(batch_size):
-                model(input_ids=batch, use_cache=False)
+                model(input_ids=batch.to(device), use_cache=False)
     finally:
         for handle in handles:
             handle.remove()
