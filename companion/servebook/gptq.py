@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import torch
 
 from . import quant
+from .checks import whole
 from .quant import Mapping, QParams, Rounding
 
 __all__ = ["HessianAccumulator", "GPTQResult", "hessian", "gptq_quantize", "layer_error", "as_mapping",
@@ -48,12 +49,6 @@ def _check_matrix(x, name: str) -> torch.Tensor:
     if not bool(torch.isfinite(x).all()):
         raise ValueError(f"{name} must be finite: it holds NaN or inf")
     return x
-
-
-def _positive_int(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return int(value)
 
 
 def as_mapping(mapping) -> Mapping:
@@ -89,7 +84,7 @@ def check_group_size(group_size, in_features: int) -> int | None:
     """``None`` (one scale per output row) or a positive int that divides ``in_features``."""
     if group_size is None:
         return None
-    group_size = _positive_int(group_size, "group_size")
+    group_size = whole("group_size", group_size)
     if in_features % group_size:
         raise ValueError(f"group_size {group_size} must divide in_features {in_features}")
     return group_size
@@ -130,7 +125,7 @@ class HessianAccumulator:
     """
 
     def __init__(self, in_features: int, device=None):
-        self.in_features = _positive_int(in_features, "in_features")
+        self.in_features = whole("in_features", in_features)
         self.n_tokens = 0
         self._xtx = torch.zeros(in_features, in_features, dtype=torch.float64, device=device)
         self._abs_sum = torch.zeros(in_features, dtype=torch.float64, device=device)
@@ -310,7 +305,7 @@ def _block_size(block_size, group_size) -> int:
         if group_size is None or group_size >= DEFAULT_BLOCK:
             return group_size or DEFAULT_BLOCK
         return group_size * (DEFAULT_BLOCK // group_size)
-    block_size = _positive_int(block_size, "block_size")
+    block_size = whole("block_size", block_size)
     if group_size is not None and block_size % group_size and group_size % block_size:
         raise ValueError(f"block_size {block_size} must be a multiple or a divisor of group_size {group_size}, "
                          "so that every group's grid is chosen from fully updated weights")

@@ -16,11 +16,12 @@ import hashlib
 import inspect
 import json
 import math
-import numbers
 import time
 from pathlib import Path
 
 import torch
+
+from .checks import whole
 
 __all__ = ["TINY_LLAMA", "CACHE_DIR", "load", "heldout_text", "calibration_text", "encode", "calibration_batch",
            "perplexity", "fingerprint", "cached", "perplexity_table", "TABLE_ROWS", "LOW_BIT_ROWS", "layer_statistics",
@@ -76,15 +77,9 @@ def encode(tokenizer, text: str) -> torch.Tensor:
     return torch.tensor(tokenizer(text, add_special_tokens=False)["input_ids"], dtype=torch.long)
 
 
-def _positive(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return int(value)
-
-
 def calibration_batch(ids: torch.Tensor, n_samples: int = 64, seq_len: int = 128, seed: int = 0) -> torch.Tensor:
     """``n_samples`` random windows of ``seq_len`` tokens from the 1-D token stream ``ids`` (seeded)."""
-    n_samples, seq_len = _positive(n_samples, "n_samples"), _positive(seq_len, "seq_len")
+    n_samples, seq_len = whole("n_samples", n_samples), whole("seq_len", seq_len)
     if not isinstance(ids, torch.Tensor) or ids.ndim != 1:
         raise ValueError("ids must be a 1-D tensor of token ids")
     if len(ids) <= seq_len:
@@ -98,12 +93,12 @@ def calibration_batch(ids: torch.Tensor, n_samples: int = 64, seq_len: int = 128
 def perplexity(model, ids: torch.Tensor, seq_len: int = 128, batch_size: int = 16,
                max_windows: int | None = None) -> float:
     """``exp(mean cross-entropy)`` of ``model`` on the 1-D token stream ``ids``, in non-overlapping windows."""
-    seq_len, batch_size = _positive(seq_len, "seq_len"), _positive(batch_size, "batch_size")
+    seq_len, batch_size = whole("seq_len", seq_len), whole("batch_size", batch_size)
     if not isinstance(ids, torch.Tensor) or ids.ndim != 1 or ids.is_floating_point():
         raise ValueError("ids must be a 1-D integer tensor of token ids")
     n = len(ids) // seq_len
     if max_windows is not None:
-        n = min(n, _positive(max_windows, "max_windows"))
+        n = min(n, whole("max_windows", max_windows))
     if n == 0:
         raise ValueError(f"ids holds {len(ids)} tokens, fewer than one window of seq_len={seq_len}")
     limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
