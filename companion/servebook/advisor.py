@@ -18,6 +18,11 @@ its prompts, then one decode step per further output token; each step takes
 its roofline time (:mod:`servebook.roofline`), a lower bound.  A static batch
 runs until its longest output is done; continuous batching refills a finished
 request's slot at once, modelled as every request taking its mean output length.
+
+Weight bytes count every parameter at the scheme's width, the embedding table
+and the LM head included.  Real W4A16 and W8A8 checkpoints usually keep those
+two in FP16, so the quantized levers' weights are a little understated (a few
+GiB for a 70B model with a 128k vocabulary); the ranking is what to trust.
 """
 
 from __future__ import annotations
@@ -206,6 +211,22 @@ class Advice:
 # Serving a workload on paper.
 
 
+def _decode_steps(w: Workload) -> int:
+    """Decode steps of a wave: its longest output in a static batch, the mean with continuous batching."""
+    longest = w.output_len if w.batching == "continuous" else (w.output_len_max or w.output_len)
+    return longest - 1  # the prefill step already produced each request's first token
+
+
+def _wave(spec: ModelSpec, device: roofline.GPU, w: Workload,
+          batch: int) -> tuple[roofline.Bound, float, roofline.Bound]:
+    """One wave of ``batch`` requests: its prefill bound, its decode time, and its decode step half-way."""
+    recipe, steps = roofline.scheme(w.weights), _decode_steps(w)
+    prefill = roofline.bound(roofline.prefill_step(spec, batch, w.prompt_len, recipe, w.kv_dtype), device)
+    decode_s = roofline.decode_time(spec, device, batch, w.prompt_len, steps, recipe, w.kv_dtype)
+    mid = roofline.bound(roofline.decode_step(spec, batch, w.prompt_len + steps // 2, recipe, w.kv_dtype), device)
+    return prefill, decode_s, mid
+
+
 def _serve(spec: ModelSpec, device: roofline.GPU, w: Workload, label: str, change: str) -> Served:
     recipe = roofline.scheme(w.weights)
     weights = recipe.weight_bytes(spec.n_params)
@@ -215,30 +236,22 @@ def _serve(spec: ModelSpec, device: roofline.GPU, w: Workload, label: str, chang
     used = memory.kv_cache_bytes(spec, seq_len=w.tokens, dtype=w.kv_dtype)
     fits = 0 if kv_pool < 0 else memory.capacity_plan(device.memory, weights, reserved, w.overhead).requests
     requests = w.batch if w.batch is not None else fits
-    decode_steps = (w.output_len if w.batching == "continuous" else (w.output_len_max or w.output_len)) - 1
-
-    def wave_time(b: int) -> tuple[float, float, str, str]:
-        pre = roofline.bound(roofline.prefill_step(spec, b, w.prompt_len, recipe, w.kv_dtype), device)
-        dec = roofline.decode_time(spec, device, b, w.prompt_len, decode_steps, recipe, w.kv_dtype)
-        mid = roofline.bound(roofline.decode_step(spec, b, w.prompt_len + decode_steps // 2, recipe, w.kv_dtype),
-                             device)
-        return pre.time, dec, pre.bound, mid.bound
-
     if fits == 0 or requests == 0:
         nan = float("nan")
         return Served(label, change, weights, kv_pool, reserved, used, fits, requests, 0, nan, nan,
                       math.inf, math.inf, 0.0, "-", "-")
     wave = min(fits, requests)
     full, rest = divmod(requests, wave)
-    prefill_s, decode_s, prefill_bound, decode_bound = wave_time(wave)
+    prefill, decode_s, mid = _wave(spec, device, w, wave)
+    prefill_s, prefill_bound, decode_bound = prefill.time, prefill.bound, mid.bound
     wave_s = prefill_s + decode_s
     # Waves run one after another; a request finishes with its wave.
     finish = [wave_s * (k + 1) for k in range(full)]
     latency_sum = wave * sum(finish)
     makespan = wave_s * full
     if rest:
-        p, d, _, _ = wave_time(rest)
-        makespan += p + d
+        p, d, _ = _wave(spec, device, w, rest)
+        makespan += p.time + d
         latency_sum += rest * makespan
     return Served(label, change, weights, kv_pool, reserved, used, fits, requests, wave, prefill_s, decode_s,
                   makespan, latency_sum / requests, requests * w.output_len / makespan, prefill_bound, decode_bound)
@@ -290,9 +303,7 @@ def _note(lever: str, base: Served, new: Served, w: Workload) -> str:
 
 def advise(model: ModelSpec | str, gpu: roofline.GPU | str, workload: Workload) -> Advice:
     """Diagnose ``workload`` on ``model`` + ``gpu`` and rank the four levers by the workload's goal."""
-    if not isinstance(model, (ModelSpec, str)):
-        raise TypeError(f"model must be a ModelSpec or a registry name, got {type(model).__name__}")
-    spec = model if isinstance(model, ModelSpec) else models.get(model)
+    spec = models.resolve(model)
     if spec.n_params is None:
         raise ValueError(f"{spec.name}: the advisor needs the model's parameter count (n_params)")
     device = roofline.gpu(gpu)
@@ -341,11 +352,7 @@ def _diagnose(spec: ModelSpec, device: roofline.GPU, w: Workload, base: Served):
                    + (f", {requested} asked for" if w.batch is not None else ""))
 
     # Time at the batch the workload asks for, as if it fitted: which phase, which roof.
-    recipe = roofline.scheme(w.weights)
-    steps = (w.output_len if w.batching == "continuous" else (w.output_len_max or w.output_len)) - 1
-    pre = roofline.bound(roofline.prefill_step(spec, requested, w.prompt_len, recipe, w.kv_dtype), device)
-    dec_s = roofline.decode_time(spec, device, requested, w.prompt_len, steps, recipe, w.kv_dtype)
-    mid = roofline.bound(roofline.decode_step(spec, requested, w.prompt_len + steps // 2, recipe, w.kv_dtype), device)
+    pre, dec_s, mid = _wave(spec, device, w, requested)
     total = pre.time + dec_s
     prefill_share = pre.time / total
     time_line = (f"time at batch {requested}: prefill {pre.time:,.3g} s ({prefill_share:.0%}, {pre.bound}-bound: "

@@ -44,7 +44,7 @@ def capacity_text(model: ModelSpec | str = "llama-2-13b", gpu: str = "a100-80gb-
     ``overhead`` is in ``unit`` too.  The plan, then the users that fit with
     each weight precision, so the gain of quantizing is one glance away.
     """
-    spec = model if isinstance(model, ModelSpec) else models.get(model)
+    spec = models.resolve(model)
     if spec.n_params is None:
         raise ValueError(f"{spec.name}: a capacity plan needs the model's parameter count (n_params)")
     weights = canonical_dtype(weights)
