@@ -200,6 +200,19 @@ def test_quant_speedup_caption_numbers():
     assert round(speed(1, "W8A8"), 2) == round(speed(16_384, "W8A8"), 2) == 2.00
 
 
+def test_quant_speedup_alt_text_crossing():
+    # Chapter 01's alt text: W4A16 falls below FP16 speed between 64 and 128 tokens per step.
+    def faster(tokens):
+        base = roofline.bound(roofline.prefill_step(LLAMA13, tokens, 1), A100).time
+        return roofline.bound(roofline.prefill_step(LLAMA13, tokens, 1, "W4A16"), A100).time < base
+    assert faster(64) and not faster(128)
+
+
+def test_gpu_table_says_which_datasheet_figure_it_used():
+    used = {row["GPU"]: row["datasheet figure used"] for row in roofline.gpu_table()}
+    assert used == {name: "sparse, halved" if DATASHEET[name][3] else "dense" for name in DATASHEET}
+
+
 # --- bad input -------------------------------------------------------------------------------------------
 
 
