@@ -353,3 +353,35 @@ def test_the_cuda_path_adds_allocator_peak_and_roofline_rows(monkeypatch):
     exact = [r for r in results["rows"] if r["quantity"] in ("weight_bytes", "kv_bytes")]
     assert all(r["measured"] == r["predicted"] for r in exact)
     assert results["device"]["kind"] == "cuda" and results["note"].startswith("measured on a GPU")
+
+
+# --- the bounds count only the work the lab's steps do --------------------------------------------------------------
+
+
+def test_the_prefill_bound_leaves_out_logits_the_lab_never_computes(toy):
+    fp16 = copy.copy(toy)
+    fp16.variant = fp16.dtype = "fp16"
+    t4 = lab.Device("cuda", "Tesla T4", roofline_gpu="t4")
+    full, _, _ = lab.time_predictions(fp16, t4, 4, 64)
+    kept, decode, _ = lab.time_predictions(fp16, t4, 4, 64, last_logits_only=True)
+    head = TOY.vocab_size * TOY.d_model
+    assert full.step.matmul_flops - kept.step.matmul_flops == 2 * head * (4 * 64 - 4)
+    assert kept.time <= full.time
+    assert decode.step == roofline.decode_step(toy.spec, 4, 64, "W16A16", "fp16")  # one token: nothing to leave out
+
+
+def test_the_quantized_bound_dequantizes_once_per_step_as_qmodel_does(toy, cpu):
+    w4 = lab.quantize(toy, "w4a16", cpu, group_size=128)
+    w4.dtype = "fp16"
+    t4 = lab.Device("cuda", "Tesla T4", roofline_gpu="t4")
+    for tokens in (1, 64, 4096):
+        prefill, _, _ = lab.time_predictions(w4, t4, 1, tokens)
+        assert prefill.step.dequant_flops == 2 * roofline.matmul_params(toy.spec)
+        assert prefill.step.weight_bytes == memory.weight_bytes(roofline.matmul_params(toy.spec), "int4", 128)
+
+
+def test_a_random_model_too_big_for_the_budget_is_refused_before_it_is_built(cpu):
+    with pytest.raises(lab.MeasurementSkipped, match="GiB of weights do not fit"):
+        lab.load_random("llama-2-7b", cpu, "fp16", budget=1024**3)
+    with pytest.raises(ValueError, match="factor"):
+        lab.load_random(TOY, cpu, "fp32", reduce=0)

@@ -263,7 +263,7 @@ def reduced_spec(spec: ModelSpec | str, factor: int = 8) -> ModelSpec:
     The memory and time formulas hold at any size, so a CPU checks them on a
     shape that runs in seconds; a GPU runs the real size.
     """
-    spec = models.get(spec) if isinstance(spec, str) else spec
+    spec = models.resolve(spec)
     if isinstance(factor, bool) or not isinstance(factor, int) or factor < 1:
         raise ValueError(f"factor must be an int >= 1, got {factor!r}")
     if factor == 1:
@@ -289,18 +289,26 @@ def _weight_prediction(spec: ModelSpec, dtype: str) -> tuple[int | None, str]:
             f"servebook.memory.weight_bytes({spec.n_params:,} parameters, {dtype})")
 
 
-def load_random(spec: ModelSpec | str, device: Device, dtype: str = "fp16", reduce: int = 1) -> LabModel:
+def load_random(spec: ModelSpec | str, device: Device, dtype: str = "fp16", reduce: int = 1,
+                budget: int | None = None) -> LabModel:
     """A Llama-style model of ``spec``'s shape with random weights, built on ``device`` without downloading.
 
     Bytes and time do not depend on the weights' values, so this measures a
     7B model's memory and speed without its 13 GB download.  ``reduce`` > 1
-    divides the shape (see :func:`reduced_spec`).
+    divides the shape (see :func:`reduced_spec`).  Raises
+    :class:`MeasurementSkipped`, before building anything, if the predicted
+    weights exceed ``budget`` bytes.
     """
     torch = _torch()
     from transformers import LlamaForCausalLM
 
-    full = models.get(spec) if isinstance(spec, str) else spec
-    shaped = reduced_spec(full, reduce) if reduce > 1 else replace(full, n_params=full.n_params or full.count_params())
+    full = models.resolve(spec)
+    shaped = reduced_spec(full, reduce)
+    if shaped.n_params is None:
+        shaped = replace(shaped, n_params=shaped.count_params())
+    predicted, basis = _weight_prediction(shaped, dtype)
+    if budget is not None and predicted > budget:
+        raise MeasurementSkipped(f"its {predicted / GiB:.2f} GiB of weights do not fit the {budget / GiB:.2f} GiB free")
     config = llama_config(shaped)
     started, before = time.perf_counter(), _allocated(device)
     torch.manual_seed(0)
@@ -308,7 +316,6 @@ def load_random(spec: ModelSpec | str, device: Device, dtype: str = "fp16", redu
     with torch.device(device.torch_device):
         module = LlamaForCausalLM._from_config(config, **_dtype_kwarg(dtype))
     module.eval()
-    predicted, basis = _weight_prediction(shaped, dtype)
     note = "random weights: bytes and time are real, perplexity is meaningless"
     if reduce > 1:
         note += f"; {full.name}'s shape divided by {reduce} so the CPU run takes seconds"
@@ -320,8 +327,7 @@ def load_random(spec: ModelSpec | str, device: Device, dtype: str = "fp16", redu
 
 def hub_reachable(host: str = "huggingface.co", timeout: float = 3.0) -> bool:
     """Whether the Hugging Face Hub answers (and offline mode is not set): a quick check, not a download."""
-    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0") or os.environ.get("TRANSFORMERS_OFFLINE", "0") not in (
-            "", "0"):
+    if any(os.environ.get(flag, "0") not in ("", "0") for flag in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")):
         return False
     try:
         with socket.create_connection((host, 443), timeout=timeout):
@@ -389,7 +395,6 @@ def load_project(device: Device, dtype: str = "fp32") -> LabModel:
                                "(scripts/train_tiny_llama.py writes it)")
     started, before = time.perf_counter(), _allocated(device)
     module, tokenizer = smallmodel.load("tiny-llama", dtype=torch_dtype(dtype), device=device.torch_device)
-    _ensure_dtype(module, dtype)
     spec = ModelSpec.from_hf_config(module.config.to_dict(), name="tiny-llama")
     spec = replace(spec, n_params=spec.count_params())
     predicted, basis = _weight_prediction(spec, dtype)
@@ -627,8 +632,9 @@ def measure_generation(module, device: Device, batch: int, prompt_len: int, deco
             if device.kind == "cuda":
                 torch.cuda.reset_peak_memory_stats(device.index)
                 resident = torch.cuda.memory_allocated(device.index)
-            prefill_s = []
+            prefill_s, output = [], None
             for _ in range(repeats):
+                output = None  # the previous prefill's cache must not sit in memory (and in the peak) during this one
                 seconds, output = timed(prefill, device)
                 prefill_s.append(seconds)
             cache = _returned_cache(output)
@@ -681,17 +687,40 @@ def _row(model: LabModel, quantity: str, measured: float, predicted: float | Non
 
 
 def _roofline_scheme(model: LabModel) -> roofline.Scheme:
-    """The roofline scheme of a variant: 16-bit weights, or servebook's weight-only quantization."""
+    """The roofline scheme of a variant: 16-bit weights, or servebook.qmodel's weight-only quantization.
+
+    qmodel dequantizes each weight once per forward pass, whatever the number
+    of tokens (``dequant_tile_tokens`` larger than any step): a fused kernel's
+    per-tile dequantization (roofline's W4A16) would charge more work than
+    qmodel does, and the bound would no longer be a lower bound.
+    """
     if model.variant in ("fp16", "bf16"):
         return roofline.scheme("W16A16")
-    bits = {"w8a16": "int8", "w4a16": "int4"}[model.variant]
-    return roofline.Scheme(model.variant.upper(), bits, "fp16", group_size=model.group_size,
-                           dequant_flops_per_weight=2)
+    return roofline.Scheme(model.variant.upper(), f"int{QUANT_BITS[model.variant]}", "fp16",
+                           group_size=model.group_size, dequant_flops_per_weight=2, dequant_tile_tokens=sys.maxsize)
 
 
-def time_predictions(model: LabModel, device: Device, batch: int, prompt_len: int
+def _last_logits_only(step: roofline.StepCost, spec: ModelSpec) -> roofline.StepCost:
+    """``step`` with the LM head applied to the last token of each sequence only, as the lab's prefill does.
+
+    The lab asks for ``logits_to_keep=1``; a bound that multiplied every prompt
+    token by the LM head would count work that never runs (over a quarter of a
+    Qwen2.5-0.5B prefill) and could exceed the measured time.
+    """
+    if spec.vocab_size is None:
+        return step
+    unused = 2 * spec.vocab_size * spec.d_model * (step.tokens - step.batch)
+    return replace(step, matmul_flops=step.matmul_flops - unused)
+
+
+def time_predictions(model: LabModel, device: Device, batch: int, prompt_len: int, last_logits_only: bool = False
                      ) -> tuple[roofline.Bound | None, roofline.Bound | None, str]:
-    """Roofline lower bounds of the prefill step and of a decode step, or ``None`` with the reason."""
+    """Roofline lower bounds of the prefill step and of a decode step, or ``None`` with the reason.
+
+    ``last_logits_only``: the prefill computes logits for the last token of
+    each sequence only (what :func:`measure_generation` asks for), so its bound
+    leaves out the LM head for the other tokens.
+    """
     if device.roofline_gpu is None:
         return None, None, f"no prediction: {device.name} is not in servebook.roofline's GPU table"
     if model.variant == "fp32":
@@ -699,8 +728,10 @@ def time_predictions(model: LabModel, device: Device, batch: int, prompt_len: in
     if model.spec.n_params is None:
         return None, None, "no prediction: the model's parameter count is unknown"
     recipe = _roofline_scheme(model)
-    prefill = roofline.bound(roofline.prefill_step(model.spec, batch, prompt_len, recipe, model.dtype),
-                             device.roofline_gpu)
+    prefill_step = roofline.prefill_step(model.spec, batch, prompt_len, recipe, model.dtype)
+    if last_logits_only:
+        prefill_step = _last_logits_only(prefill_step, model.spec)
+    prefill = roofline.bound(prefill_step, device.roofline_gpu)
     decode = roofline.bound(roofline.decode_step(model.spec, batch, prompt_len, recipe, model.dtype),
                             device.roofline_gpu)
     return prefill, decode, f"servebook.roofline lower bound on {device.roofline_gpu}"
@@ -714,7 +745,7 @@ def generation_rows(model: LabModel, device: Device, g: Generation) -> list[dict
     kv_decode = memory.kv_cache_bytes(spec, s + n, b, dtype)
     rows = [_row(model, "kv_bytes", g.kv_bytes_after_prefill, kv_prefill, kv_basis, b, s),
             _row(model, "kv_bytes", g.kv_bytes_after_decode, kv_decode, kv_basis, b, s + n)]
-    prefill, decode, time_basis = time_predictions(model, device, b, s)
+    prefill, decode, time_basis = time_predictions(model, device, b, s, last_logits_only=True)
     rows += [
         _row(model, "prefill_s", g.prefill_median, prefill and prefill.time, time_basis, b, s),
         _row(model, "decode_s", g.decode_median, decode and decode.time, time_basis, b, s),
@@ -786,7 +817,7 @@ class LabConfig:
         if device.kind == "cuda":
             return cls(**overrides)
         small = dict(dtype="fp32", reduce=8, batches=(1, 4), prompt_lens=(32, 128), decode_steps=8, repeats=3,
-                     perplexity_tokens=4096, memory_budget=None)
+                     perplexity_tokens=4096)
         return cls(**{**small, **overrides})
 
 
@@ -913,14 +944,7 @@ def run_lab(config: LabConfig | None = None, device: Device | None = None,
         run.measure_with_variants(lambda: load_project(device, config.dtype), "tiny-llama")
     for name in config.random_models:
         try:
-            full = models.get(name)
-            spec = reduced_spec(full, config.reduce) if config.reduce > 1 else full
-            budget = _budget(config, device)
-            need = memory.weight_bytes(spec.n_params or spec.count_params(), config.dtype)
-            if budget is not None and need > budget:
-                raise MeasurementSkipped(f"its {need / GiB:.2f} GiB of weights do not fit the "
-                                         f"{budget / GiB:.2f} GiB free")
-            model = load_random(full, device, config.dtype, config.reduce)
+            model = load_random(name, device, config.dtype, config.reduce, budget=_budget(config, device))
         except (MeasurementSkipped, ValueError) as reason:
             run.skip(f"{name} (random weights)", str(reason))
             continue

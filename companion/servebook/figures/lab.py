@@ -78,8 +78,11 @@ def _plot_by_prompt_len(ax, grouped, x_of) -> tuple[bool, set[int]]:
     Returns whether any roofline bound was drawn, and the x values used.
     """
     drew_bound, xs = False, set()
-    for (key, rows), colour in zip(sorted(grouped.items()), _style.SEQUENCE, strict=False):
-        for s, marker in zip(sorted({r["seq_len"] for r in rows}), _MARKERS, strict=False):
+    # Colours and markers cycle: a run with more series than colours must not lose lines.
+    for i, (key, rows) in enumerate(sorted(grouped.items())):
+        colour = _style.SEQUENCE[i % len(_style.SEQUENCE)]
+        for j, s in enumerate(sorted({r["seq_len"] for r in rows})):
+            marker = _MARKERS[j % len(_MARKERS)]
             line = sorted((r for r in rows if r["seq_len"] == s), key=x_of)
             x = [x_of(r) for r in line]
             xs.update(x)
