@@ -162,3 +162,25 @@ def test_request_rejects_bad_fields(kwargs):
     fields = dict(request_id=0, arrival_s=0.0, prompt_len=8, output_len=8) | kwargs
     with pytest.raises(ValueError):
         Request(**fields)
+
+
+def test_lognormal_lengths_are_seeded_and_have_the_asked_mean():
+    lengths = batching.lognormal_lengths(20_000, mean=300, sigma=1.0, seed=0)
+    assert np.array_equal(lengths, batching.lognormal_lengths(20_000, mean=300, sigma=1.0, seed=0))
+    assert lengths.min() >= 1 and abs(lengths.mean() / 300 - 1) < 0.05
+    with pytest.raises(ValueError, match="mean"):
+        batching.lognormal_lengths(10, mean=0)
+    with pytest.raises(ValueError, match="n"):
+        batching.lognormal_lengths(0, mean=10)
+
+
+def test_kv_shares_agree_with_the_summary_and_drop_the_drain(runs):
+    for result in runs.values():
+        s = result.summary()
+        assert result.kv_shares() == (s.kv_token_share, s.kv_reserved_share, s.kv_pool_token_share)
+        assert math.isclose(s.kv_pool_token_share, s.kv_token_share * s.kv_reserved_share)
+    # The paged continuous run keeps its pool fuller while requests queue than over the whole run.
+    assert runs["continuous", "paged"].kv_shares(while_queued=True)[2] > runs["continuous", "paged"].kv_shares()[2]
+    idle = simulate(TRACE[:1], kv_slots=SLOTS, max_len=256)
+    with pytest.raises(ValueError, match="waiting"):
+        idle.kv_shares(while_queued=True)

@@ -42,7 +42,7 @@ from .paging import NaiveAllocator, OutOfBlocks, PagedAllocator
 
 __all__ = [
     "Request", "IterationCost", "Summary", "SimulationResult",
-    "sample_trace", "load_trace", "save_trace", "simulate",
+    "sample_trace", "lognormal_lengths", "load_trace", "save_trace", "simulate",
 ]
 
 POLICIES = ("static", "continuous")
@@ -103,6 +103,16 @@ def _lognormal_lengths(rng: np.random.Generator, n: int, mean: float, sigma: flo
     # mu chosen so that the distribution's mean (not its median) is `mean`: exp(mu + sigma^2 / 2).
     mu = math.log(mean) - sigma**2 / 2
     return np.maximum(1, np.rint(rng.lognormal(mu, sigma, n))).astype(np.int64)
+
+
+def lognormal_lengths(n: int, *, mean: float, sigma: float = 1.0, seed: int = 0) -> np.ndarray:
+    """``n`` seeded token counts (>= 1) from a log-normal whose mean, before rounding, is ``mean``.
+
+    The length distribution of :func:`sample_trace`, on its own, for questions about
+    one length at a time (tail waste against block size, for instance).
+    """
+    rng = np.random.default_rng(whole("seed", seed, 0))
+    return _lognormal_lengths(rng, whole("n", n, 1), positive("mean", mean), positive("sigma", sigma, allow_zero=True))
 
 
 def sample_trace(n_requests: int, *, seed: int = 0, prompt_mean: float = 160.0, output_mean: float = 340.0,
@@ -273,12 +283,27 @@ class SimulationResult:
     requests: dict[str, np.ndarray]
     config: dict = field(default_factory=dict)
 
+    def kv_shares(self, *, while_queued: bool = False) -> tuple[float, float, float]:
+        """Time-weighted KV shares: (tokens / reserved slots, reserved / pool, tokens / pool).
+
+        ``while_queued`` keeps only the iterations after which requests were still
+        waiting: the saturated server, without the drain at the end of a finite trace.
+        """
+        s = self.steps
+        keep = s["waiting"] > 0 if while_queued else np.ones(len(s["dt"]), dtype=bool)
+        dt = s["dt"][keep]
+        if not dt.size:
+            raise ValueError("no iteration had requests waiting (the server never saturated)")
+        stored = float((s["tokens_stored"][keep] * dt).sum())
+        reserved = float((s["slots_reserved"][keep] * dt).sum())
+        pool = self.slots_total * float(dt.sum())
+        return (stored / reserved if reserved else 1.0), reserved / pool, stored / pool
+
     def summary(self) -> Summary:
         s, r = self.steps, self.requests
         dt = s["dt"]
         total_time = float(dt.sum())
-        stored = float((s["tokens_stored"] * dt).sum())
-        reserved = float((s["slots_reserved"] * dt).sum())
+        token_share, reserved_share, pool_token_share = self.kv_shares()
         latency = r["finish_s"] - r["arrival_s"]
         makespan = float(r["finish_s"].max() - r["arrival_s"].min())
         out_tokens = int(r["output_len"].sum())
@@ -287,9 +312,7 @@ class SimulationResult:
             makespan_s=makespan, output_tokens=out_tokens,
             throughput_tokens_s=out_tokens / makespan, requests_per_s=len(latency) / makespan,
             mean_running=float((s["running"] * dt).sum() / total_time), peak_running=int(s["running"].max()),
-            kv_token_share=stored / reserved if reserved else 1.0,
-            kv_reserved_share=reserved / (self.slots_total * total_time),
-            kv_pool_token_share=stored / (self.slots_total * total_time),
+            kv_token_share=token_share, kv_reserved_share=reserved_share, kv_pool_token_share=pool_token_share,
             latency_p50_s=float(np.percentile(latency, 50)), latency_p90_s=float(np.percentile(latency, 90)),
             latency_p99_s=float(np.percentile(latency, 99)),
             ttft_p50_s=float(np.percentile(r["first_token_s"] - r["arrival_s"], 50)),

@@ -118,8 +118,6 @@ def _token_ids(tokens: Iterable[int], name: str = "tokens") -> list[int]:
             ids[i] = t = int(t)
         if not 0 <= t < _TOKEN_LIMIT:
             raise ValueError(f"{name}[{i}] must be a token id in [0, 2**63), got {t}")
-    if not ids:
-        raise ValueError(f"{name} must hold at least one token")
     return ids
 
 
@@ -165,6 +163,7 @@ class PagedUsage(KVUsage):
 
     @property
     def tail_waste(self) -> int:
+        """Empty slots in used blocks: only last blocks can have any, so at most ``block_size - 1`` per block table."""
         return self.reserved_unused
 
     @property

@@ -7,7 +7,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import ConnectionPatch, Rectangle
 
-from .. import paging
+from .. import batching, paging
 from ..paging import PagedAllocator
 from . import _style
 
@@ -141,10 +141,7 @@ def block_tables(allocator: PagedAllocator | None = None) -> Figure:
 def waste_vs_block_size(n_tokens_mean: int = 300, block_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128),
                         seed: int = 0, n_requests: int = 2000) -> Figure:
     """Tail waste per request against block size: about (block_size - 1) / 2, never more than block_size - 1."""
-    rng = np.random.default_rng(seed)
-    sigma = 1.0
-    lengths = np.maximum(1, np.rint(rng.lognormal(np.log(n_tokens_mean) - sigma**2 / 2, sigma, n_requests)))
-    lengths = lengths.astype(int)
+    lengths = batching.lognormal_lengths(n_requests, mean=n_tokens_mean, sigma=1.0, seed=seed)
     mean_waste = [np.mean([paging.paged_waste(int(n), b) for n in lengths]) for b in block_sizes]
     share = [np.sum([paging.paged_waste(int(n), b) for n in lengths]) /
              np.sum([paging.paged_slots(int(n), b) for n in lengths]) for b in block_sizes]
