@@ -274,3 +274,18 @@ def test_kv_gib_vs_gb_shows_the_gaps_and_twelve_against_eleven():
 
 def test_figure_registry_lists_the_four_kv_figures():
     assert set(kv_figures.FIGURES) == {"kv-growth", "kv-batch-limit", "kv-per-token", "kv-gib-vs-gb"}
+
+
+def test_the_numbers_in_the_figure_captions():
+    # fig-kv-growth: batch 16 fills 40 GiB at 3,276 tokens; batch 8 is still under it at 4,096.
+    per_token = memory.kv_bytes_per_token("llama-2-13b")
+    assert memory.max_batch(40 * GiB, 16 * per_token) == 3276
+    assert memory.kv_cache_bytes("llama-2-13b", seq_len=4096, batch=8) <= 40 * GiB
+    # fig-kv-gib-vs-gb: 2.4 % at the kilo prefix, 7.4 % at the giga prefix.
+    assert [f"{100 * (UNITS[b] / UNITS[d] - 1):.1f}" for b, d in [("KiB", "KB"), ("GiB", "GB")]] == ["2.4", "7.4"]
+
+
+def test_fmt_unit_refuses_an_unknown_family():
+    assert kv_widget.fmt_unit(3 * GiB, "binary") == "3 GiB" and kv_widget.fmt_unit(3 * GB, "decimal") == "3 GB"
+    with pytest.raises(ValueError, match="family"):
+        kv_widget.fmt_unit(GiB, "metric")

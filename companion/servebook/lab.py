@@ -1228,6 +1228,9 @@ def _show(value: float | None, unit: str) -> str:
     return f"{value:,.3f}"
 
 
+_NUMERIC_COLUMNS = {"B", "S", "predicted", "measured", "ratio"}  # right-aligned in both table formats
+
+
 def table(results: dict[str, Any], quantities: Sequence[str] | None = None) -> list[dict[str, str]]:
     """Rows for display: predicted, measured and ratio side by side, in readable units."""
     out = []
@@ -1250,10 +1253,10 @@ def format_table(rows: list[dict[str, str]]) -> str:
         return "(no rows)"
     columns = list(rows[0])
     widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in columns}
-    right = {"B", "S", "predicted", "measured", "ratio"}
 
     def line(values):
-        return "  ".join(values[c].rjust(widths[c]) if c in right else values[c].ljust(widths[c]) for c in columns)
+        return "  ".join(values[c].rjust(widths[c]) if c in _NUMERIC_COLUMNS else values[c].ljust(widths[c])
+                         for c in columns)
 
     return "\n".join([line({c: c for c in columns}), line({c: "-" * widths[c] for c in columns}),
                       *(line(r) for r in rows)])
@@ -1264,7 +1267,7 @@ def markdown_table(rows: list[dict[str, str]]) -> str:
     if not rows:
         return "*(no rows)*"
     columns = list(rows[0])
-    align = {c: "--:" if c in ("B", "S", "predicted", "measured", "ratio") else ":--" for c in columns}
+    align = {c: "--:" if c in _NUMERIC_COLUMNS else ":--" for c in columns}
     lines = ["| " + " | ".join(columns) + " |", "|" + "|".join(align[c] for c in columns) + "|"]
     lines += ["| " + " | ".join(row[c] for c in columns) + " |" for row in rows]
     return "\n".join(lines)

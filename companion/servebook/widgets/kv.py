@@ -54,6 +54,8 @@ def _plural(count, noun: str) -> str:
 
 def fmt_unit(n_bytes: int, family: str = "binary") -> str:
     """``n_bytes`` in the largest unit of ``family`` ("binary": KiB..GiB, "decimal": KB..GB) it reaches."""
+    if family not in ("binary", "decimal"):
+        raise ValueError(f"family must be 'binary' or 'decimal', got {family!r}")
     index = 0 if family == "binary" else 1
     for pair in _UNIT_PAIRS:
         if n_bytes >= UNITS[pair[index]]:
