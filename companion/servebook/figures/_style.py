@@ -20,7 +20,9 @@ FREE = "#d9d9d9"      # light grey: unused memory
 WASTE = "#d9534f"     # red: reserved but never used
 ACCENT = "#3466b0"    # blue: a highlighted value or boundary
 MUTED = "#5f5f5f"
-SEQUENCE = ["#3466b0", "#15908a", "#e07b1a", "#8e5ea2", "#d9534f", "#6b8e23", "#b8860b", "#5f5f5f"]
+# Series colours for lines that are neither weights nor KV cache: no orange or teal among them,
+# so those two keep their meaning in every figure.
+SEQUENCE = ["#3466b0", "#6b8e23", "#8c564b", "#8e5ea2", "#c2185b", "#b8860b", "#17becf", "#5f5f5f"]
 
 RC = {
     "svg.hashsalt": "servebook",
