@@ -108,7 +108,7 @@ def gptq_awq_perplexity(table: list[dict] | None = None, low_bits: list[dict] | 
             ax.grid(axis="y", visible=False)
         axes[-1].set_xlim(fp32 * 0.97, top * 1.06)
         axes[-1].set_xlabel("held-out perplexity (dashed: FP32; % change against FP32)")
-        fig.suptitle("The tiny Llama on unseen Python docs: INT4 costs little; at 2 bits GPTQ keeps the model")
+        fig.suptitle("The tiny Llama on unseen Python docs:\nINT4 costs little; at 2 bits GPTQ keeps the model")
     return fig
 
 
