@@ -18,9 +18,7 @@ def salient_inputs(n_tokens: int, in_features: int, n_salient: int, factor: floa
 
 
 def rtn(W, bits, group_size, mapping=Mapping.ASYMMETRIC):
-    if group_size is None:
-        return quant.fake_quantize(W, quant.choose_qparams(W, bits, mapping, axis=0))
-    return quant.fake_quantize(W, quant.choose_qparams(W, bits, mapping, group_size=group_size))
+    return quant.fake_quantize(W, quant.weight_qparams(W, bits, group_size, mapping))
 
 
 @pytest.fixture(scope="module")
@@ -118,3 +116,33 @@ def test_bad_input(layer):
         awq.awq_quantize(W, X, 0, 32)
     with pytest.raises(ValueError, match="share"):
         awq.search_scale([W, W[:, :64]], X.abs().mean(0), X.T @ X, 4, 32)
+
+
+@pytest.mark.parametrize("group_size", [None, 32])
+def test_grid_contains_zero_so_one_signed_groups_do_not_saturate(layer, group_size):
+    """All-positive weights: the scaled weight's grid reaches 0, its zero point is a code, nothing saturates."""
+    W, X = layer
+    W = W.abs() + 1.0
+    result = awq.awq_quantize(W, X, 4, group_size)
+    qp = result.qparams
+    assert int(qp.zero_point.min()) >= qp.qmin and int(qp.zero_point.max()) <= qp.qmax
+    scaled = W * result.input_scale
+    expected = quant.weight_qparams(scaled, 4, group_size)
+    assert torch.equal(qp.scale, expected.scale) and torch.equal(qp.zero_point, expected.zero_point)
+    step = qp.scale.unsqueeze(1) if group_size is None else qp.scale.repeat_interleave(group_size, dim=1)
+    assert bool(((scaled - result.dequantize()).abs() <= step / 2 * (1 + 1e-5)).all())
+    # alpha = 0 of the search is plain RTN on the same grid
+    assert result.history[0][1] == pytest.approx(awq.output_error(W, rtn(W, 4, group_size), X.T @ X / len(X)),
+                                                 rel=1e-4)
+
+
+def test_activation_scale_refuses_bad_input():
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        awq.activation_scale([[1.0, 2.0]])
+    with pytest.raises(ValueError, match="in_features"):
+        awq.activation_scale(torch.ones(3))
+
+
+def test_rounding_default_is_documented():
+    for function in (awq.awq_quantize, awq.search_scale):
+        assert "torch.round" in function.__doc__ and "HALF_EVEN" in function.__doc__

@@ -17,11 +17,7 @@ def correlated_inputs(n_tokens: int, in_features: int, seed: int) -> torch.Tenso
 
 
 def rtn(W: torch.Tensor, bits: int, group_size, mapping=Mapping.ASYMMETRIC) -> torch.Tensor:
-    if group_size is None:
-        qparams = quant.choose_qparams(W, bits, mapping, axis=0)
-    else:
-        qparams = quant.choose_qparams(W, bits, mapping, group_size=group_size)
-    return quant.fake_quantize(W, qparams)
+    return quant.fake_quantize(W, quant.weight_qparams(W, bits, group_size, mapping))
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +56,7 @@ def test_diagonal_hessian_gives_round_to_nearest_codes(layer, group_size, mappin
     W, X, _ = layer
     H = torch.diag(torch.diag(gptq.hessian(X)))
     result = gptq.gptq_quantize(W, H, 4, group_size, mapping=mapping)
-    qparams = (quant.choose_qparams(W, 4, mapping, axis=0) if group_size is None
-               else quant.choose_qparams(W, 4, mapping, group_size=group_size))
+    qparams = quant.weight_qparams(W, 4, group_size, mapping)
     assert torch.equal(result.codes, quant.quantize(W, qparams))
     assert torch.equal(result.qparams.scale, qparams.scale)
     assert torch.equal(result.qparams.zero_point, qparams.zero_point)
@@ -137,3 +132,25 @@ def test_bad_input(layer):
         gptq.HessianAccumulator(128).add(X[:, :10])
     with pytest.raises(ValueError, match="no activations"):
         _ = gptq.HessianAccumulator(8).H
+
+
+@pytest.mark.parametrize(("group_size", "act_order"), [(None, False), (32, False), (32, True)])
+@pytest.mark.parametrize("shift", [2.0, -2.0])
+def test_grid_contains_zero_so_one_signed_groups_do_not_saturate(layer, group_size, act_order, shift):
+    """Rows whose weights are all positive (or all negative): the reference quantizer widens the range to 0,
+    so the zero point stays a code and no weight is clipped (error <= s/2; a clipped grid is off by ~|shift|)."""
+    W, X, _ = layer
+    W = W + shift
+    H = torch.diag(torch.diag(gptq.hessian(X)))   # no error feedback: each weight is only rounded
+    result = gptq.gptq_quantize(W, H, 4, group_size, act_order=act_order)
+    qp = result.qparams
+    assert int(qp.zero_point.min()) >= qp.qmin and int(qp.zero_point.max()) <= qp.qmax
+    expected = quant.weight_qparams(W, 4, group_size)
+    assert torch.equal(qp.scale, expected.scale) and torch.equal(qp.zero_point, expected.zero_point)
+    step = qp.scale.unsqueeze(1) if group_size is None else qp.scale.repeat_interleave(group_size, dim=1)
+    assert bool(((W - result.dequantize()).abs() <= step / 2 + 1e-6).all())
+
+
+def test_rounding_default_is_documented():
+    """HALF_UP is the default; the reference's torch.round is half-even, and the docstring says so."""
+    assert "torch.round" in gptq.gptq_quantize.__doc__ and "HALF_EVEN" in gptq.gptq_quantize.__doc__

@@ -181,3 +181,46 @@ def test_bad_input(tiny):
         qmodel.QuantizedLinear.from_codes(lin, codes, qparams)
     with pytest.raises(ValueError, match="shape"):
         qmodel.QuantizedLinear.from_codes(nn.Linear(8, 4), codes, qparams)
+
+
+@pytest.mark.parametrize("group_size", ["tensor", "channel", 32])
+def test_rtn_grid_contains_zero_so_one_signed_weights_do_not_saturate(group_size):
+    """All-negative weights: RTN's grid (quant.weight_qparams) reaches 0, every weight is within s/2."""
+    W = -(torch.rand(16, 64, generator=torch.Generator().manual_seed(0)) + 0.5)
+    codes, qparams = qmodel.rtn_quantize(W, 4, group_size)
+    assert int(qparams.zero_point.min()) >= 0 and int(qparams.zero_point.max()) <= 15
+    error = (W - quant.dequantize(codes, qparams)).abs()
+    if group_size == "tensor":
+        step = qparams.scale
+    elif group_size == "channel":
+        step = qparams.scale.unsqueeze(1)
+    else:
+        step = qparams.scale.repeat_interleave(group_size, dim=1)
+    assert bool((error <= step / 2 * (1 + 1e-5)).all())
+
+
+def test_bits_per_weight_counts_what_memory_counts():
+    assert qmodel.bits_per_weight(4, 128) == 4 + (16 + 4) / 128
+    assert qmodel.bits_per_weight(4, 128, zero_points=False) == 4 + 16 / 128
+    assert qmodel.bits_per_weight(3, 128) == 3 + (16 + 3) / 128      # a width memory's dtypes cannot name
+    assert qmodel.bits_per_weight(4, 64, scale_bits=32) == 4 + (32 + 4) / 64
+    n = 4096 * 128
+    assert qmodel.bits_per_weight(8, 128) == 8 * memory.weight_bytes(n, "int8", group_size=128) / n
+    assert qmodel.formula_bytes(64, 128, 3, 32) == 64 * 128 * 3 // 8 + (64 * 128 // 32) * (16 + 3) // 8
+    assert qmodel.formula_bytes(64, 128, 4, "channel", Mapping.SYMMETRIC) == memory.weight_bytes(
+        64 * 128, "int4", group_size=128, zero_points=False)
+
+
+@pytest.mark.parametrize(("call", "error", "match"), [
+    (lambda: qmodel.bits_per_weight(4, 0), ValueError, "group_size"),
+    (lambda: qmodel.bits_per_weight(4, -128), ValueError, "group_size"),
+    (lambda: qmodel.bits_per_weight(0, 128), ValueError, "bits"),
+    (lambda: qmodel.bits_per_weight(4, 128.0), TypeError, "group_size"),
+    (lambda: qmodel.bits_per_weight(4, 128, scale_bits=-16), ValueError, "scale_bits"),
+    (lambda: qmodel.bits_per_weight(4, 128, zero_points="yes"), TypeError, "zero_points"),
+    (lambda: qmodel.formula_bytes(0, 128, 4, 32), ValueError, "out_features"),
+    (lambda: qmodel.formula_bytes(64, 128, -4, 32), ValueError, "bits"),
+])
+def test_bits_per_weight_and_formula_bytes_refuse_bad_input(call, error, match):
+    with pytest.raises(error, match=match):
+        call()

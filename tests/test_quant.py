@@ -152,6 +152,59 @@ def test_codes_always_in_range(x, bits, mapping, rounding, include_zero):
     assert codes.min() >= qparams.qmin and codes.max() <= qparams.qmax
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(finite32, min_size=16, max_size=16), st.sampled_from([None, "channel", "tensor", 4]),
+       st.integers(2, 8), mappings, st.floats(-1e3, 1e3, width=32))
+def test_weight_grid_keeps_every_weight_within_half_a_step(values, group_size, bits, mapping, shift):
+    """RTN/GPTQ/AWQ's grid contains 0, so even a group far from 0 keeps its zero point a code and never saturates."""
+    W = np.array(values, dtype=np.float32).reshape(4, 4) + np.float32(shift)
+    qparams = quant.weight_qparams(W, bits, group_size, mapping)
+    assert int(np.min(qparams.zero_point)) >= qparams.qmin and int(np.max(qparams.zero_point)) <= qparams.qmax
+    step = np.broadcast_to(np.asarray(qparams.scale).reshape(-1, 1) if qparams.axis == 0 else qparams.scale,
+                           W.shape) if group_size != 4 else np.repeat(qparams.scale, 4, axis=1)
+    error = quant.quantization_error(W, qparams)
+    slack = 8 * np.finfo(np.float32).eps * np.maximum(np.abs(W).max(), step)
+    assert bool((error <= step / 2 + slack).all())
+
+
+def test_weight_grid_is_include_zero_and_the_default_is_not():
+    """choose_qparams keeps the seeds' default (no widening); weight_qparams always widens to 0."""
+    W = np.array([[0.2, 0.5, 0.8, 0.35]])
+    assert quant.choose_qparams_affine("0.2", "0.8", 4) == (Fraction(1, 25), 0)   # z = round(-5) clipped to 0
+    clipped = quant.choose_qparams(W, 4, axis=0)
+    # the grid stops at 15 s = 0.6: 0.8 saturates, 5 s (ten times the bound s/2) away
+    assert float(quant.quantization_error(W, clipped).max()) == pytest.approx(0.2) == 5 * float(clipped.scale[0])
+    for group_size, kwargs in ((None, dict(axis=0)), ("channel", dict(axis=0)), ("tensor", {}),
+                               (2, dict(group_size=2))):
+        ours = quant.weight_qparams(W, 4, group_size)
+        theirs = quant.choose_qparams(W, 4, include_zero=True, **kwargs)
+        assert (ours.axis, ours.group_size) == (theirs.axis, theirs.group_size)
+        assert np.array_equal(ours.scale, theirs.scale) and np.array_equal(ours.zero_point, theirs.zero_point)
+    with pytest.raises(ValueError, match="group_size"):
+        quant.weight_qparams(W, 4, "row")
+    with pytest.raises(ValueError, match="group_size"):
+        quant.weight_qparams(W, 4, 0)
+
+
+@pytest.mark.parametrize("call", [
+    lambda: quant.quantize_affine("0.3", "0.1", 99, 0, 15),
+    lambda: quant.quantize_affine(0.3, 0.1, -1, 0, 15),
+    lambda: quant.quantize_affine(np.ones(3), 0.1, np.array([0, 16, 3]), 0, 15),
+    lambda: quant.quantize_affine(torch.ones(3), 0.1, torch.tensor(99), 0, 15),
+    lambda: quant.fake_quantize_affine("0.3", "0.1", 99, 0, 15),
+    lambda: quant.fake_quantize_affine(torch.ones(2, 3), torch.ones(2, 1), torch.tensor([[0], [16]]), 0, 15),
+])
+def test_zero_point_outside_the_code_range_is_refused(call):
+    with pytest.raises(ValueError, match=r"zero_point must lie in \[0, 15\]"):
+        call()
+
+
+@pytest.mark.parametrize("scale", [-1, 0, "-0.1", -0.5, np.array([0.1, -0.1]), torch.tensor([0.0]), float("nan")])
+def test_error_bound_refuses_a_scale_that_is_not_positive(scale):
+    with pytest.raises(ValueError, match="scale must be positive"):
+        quant.error_bound(scale)
+
+
 @settings(max_examples=150, deadline=None)
 @given(arrays32, bit_widths, mappings, roundings)
 def test_in_range_error_is_at_most_half_a_step(x, bits, mapping, rounding):
@@ -204,10 +257,11 @@ def test_per_channel_and_groupwise_equal_per_tensor_slice_by_slice(rows, n_group
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.integers(-2**20, 2**20), min_size=1, max_size=20), st.integers(-6, 6), st.integers(-8, 8),
+@given(st.lists(st.integers(-2**20, 2**20), min_size=1, max_size=20), st.integers(-6, 6), st.data(),
        st.integers(2, 8), roundings)
-def test_exact_and_float_paths_agree_on_binary_numbers(numerators, scale_exponent, zero_point, bits, rounding):
+def test_exact_and_float_paths_agree_on_binary_numbers(numerators, scale_exponent, data, bits, rounding):
     qmin, qmax = quant.qrange(bits)
+    zero_point = data.draw(st.integers(qmin, qmax), label="zero_point")
     scale = Fraction(2) ** scale_exponent
     for n in numerators:
         r = Fraction(n, 2**10)

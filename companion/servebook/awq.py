@@ -40,8 +40,10 @@ SCALE_FLOOR = 1e-4    # a dead channel (mean |x| = 0) keeps a finite, tiny scale
 
 def activation_scale(x: torch.Tensor) -> torch.Tensor:
     """``mean |x|`` per input channel, over every token of ``x`` (..., in_features)."""
-    if not isinstance(x, torch.Tensor) or x.ndim < 2:
-        raise ValueError("x must be a torch.Tensor of shape (..., in_features)")
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor of shape (..., in_features), got {type(x).__name__}")
+    if x.ndim < 2:
+        raise ValueError(f"x must have shape (..., in_features) (tokens x in_features), got {tuple(x.shape)}")
     acc = HessianAccumulator(x.shape[-1])
     acc.add(x)
     return acc.mean_abs
@@ -67,14 +69,7 @@ def output_error(weight: torch.Tensor, weight_hat: torch.Tensor, gram: torch.Ten
 
 
 def _fake_rtn(weight: torch.Tensor, bits: int, group_size: int | None, mapping: Mapping, rounding) -> torch.Tensor:
-    qparams = _grid(weight, bits, group_size, mapping)
-    return quant.fake_quantize(weight, qparams, rounding)
-
-
-def _grid(weight: torch.Tensor, bits: int, group_size: int | None, mapping: Mapping) -> QParams:
-    if group_size is None:
-        return quant.choose_qparams(weight, bits, mapping, axis=0)
-    return quant.choose_qparams(weight, bits, mapping, group_size=group_size)
+    return quant.fake_quantize(weight, quant.weight_qparams(weight, bits, group_size, mapping), rounding)
 
 
 def search_scale(weights, mean_abs: torch.Tensor, gram: torch.Tensor, bits: int = 4,
@@ -85,6 +80,8 @@ def search_scale(weights, mean_abs: torch.Tensor, gram: torch.Tensor, bits: int 
 
     ``weights``: one (out x in) matrix or a list of them (q, k and v read the same input).
     Returns ``(s, alpha, ((alpha, error), ...))`` over the grid ``alpha = 0, 1/grid, ..., (grid-1)/grid``.
+    ``rounding`` defaults to ``HALF_UP`` (the book's convention); the reference code's ``torch.round``
+    is ``HALF_EVEN``.
     """
     weights = [weights] if isinstance(weights, torch.Tensor) else list(weights)
     if not weights:
@@ -146,6 +143,10 @@ def awq_quantize(weight: torch.Tensor, x: torch.Tensor | None = None, bits: int 
     Pass the calibration activations ``x`` (..., in_features), or their statistics
     ``mean_abs`` (in,) and ``gram = X^T X / n`` (in x in) as :class:`~servebook.gptq.HessianAccumulator`
     collects them.
+
+    The grid is :func:`servebook.quant.weight_qparams` (its range always contains 0).  ``rounding``
+    defaults to :attr:`~servebook.quant.Rounding.HALF_UP`, the book's convention; the reference
+    code rounds with ``torch.round`` (ties to even): pass ``Rounding.HALF_EVEN`` to match it.
     """
     weight = _check_matrix(weight, "weight")
     if x is not None:
@@ -160,6 +161,6 @@ def awq_quantize(weight: torch.Tensor, x: torch.Tensor | None = None, bits: int 
                                      rounding=rounding)
     mapping = as_mapping(mapping)
     scaled = weight.detach().float() * s
-    qparams = _grid(scaled, bits, group_size, mapping)
+    qparams = quant.weight_qparams(scaled, bits, group_size, mapping)
     codes = quant.quantize(scaled, qparams, rounding)
     return AWQResult(codes, qparams, s, alpha, history)

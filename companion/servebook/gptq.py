@@ -201,7 +201,11 @@ def gptq_quantize(weight: torch.Tensor, H: torch.Tensor, bits: int = 4, group_si
       a multiple or a divisor of ``group_size`` (default: 128 rounded to fit).  It changes speed,
       not the result.
     - ``act_order``: quantize columns with the largest ``H_qq`` (the most active inputs) first.
+    - ``rounding``: defaults to :attr:`~servebook.quant.Rounding.HALF_UP`, the book's convention;
+      the reference implementation rounds with ``torch.round`` (ties to even), so pass
+      ``Rounding.HALF_EVEN`` to match it bit for bit.  Ties are rare in float weights either way.
 
+    Each grid's range contains 0 (:func:`servebook.quant.weight_qparams`), as in the reference code.
     Inputs whose ``H_qq`` is 0 never reach the output; their weights are set to 0.
     """
     with one_thread_on_cpu(weight.device if isinstance(weight, torch.Tensor) else None):
@@ -295,8 +299,9 @@ def _quantize_columns(W, Hinv, Q, losses, scale, zero, perm, bits, mapping, grou
 
 
 def _row_grid(columns: torch.Tensor, bits: int, mapping: Mapping) -> tuple[torch.Tensor, torch.Tensor]:
-    """Scale and zero point of each row of ``columns`` (out x g): the basic quantizer, per output row."""
-    qp = quant.choose_qparams(columns, bits, mapping, axis=0)
+    """Scale and zero point of each row of ``columns`` (out x g): :func:`servebook.quant.weight_qparams`
+    per output row, whose range always contains 0 as in the reference code."""
+    qp = quant.weight_qparams(columns, bits, "channel", mapping)
     return qp.scale, qp.zero_point
 
 

@@ -33,8 +33,10 @@ from torch import nn
 
 from . import memory, quant
 from .awq import search_scale
+from .checks import whole
 from .gptq import HessianAccumulator, as_mapping, gptq_quantize, one_thread_on_cpu
 from .quant import Mapping, QParams, Rounding
+from .units import DTYPE_BYTES
 
 __all__ = ["METHODS", "PACKABLE_BITS", "QuantizedLinear", "QuantizationReport", "rtn_quantize",
            "quantize_model", "linear_layers", "formula_bytes", "bits_per_weight", "SIMULATED_BITS"]
@@ -71,14 +73,12 @@ def _granularity(group_size) -> tuple[str, int | None]:
 def rtn_quantize(weight: torch.Tensor, bits: int = 4, group_size: int | str = 128, *,
                  mapping: Mapping | str = Mapping.ASYMMETRIC,
                  rounding: Rounding | str = Rounding.HALF_UP) -> tuple[torch.Tensor, QParams]:
-    """Round-to-nearest codes and grid of a (out x in) weight: per ``"tensor"``, per ``"channel"`` or per group."""
+    """Round-to-nearest codes and grid of a (out x in) weight: per ``"tensor"``, per ``"channel"`` or per group.
+
+    The grid is :func:`servebook.quant.weight_qparams`, the one GPTQ and AWQ use (its range contains 0).
+    """
     kind, g = _granularity(group_size)
-    if kind == "group":
-        qparams = quant.choose_qparams(weight, bits, mapping, group_size=g)
-    elif kind == "channel":
-        qparams = quant.choose_qparams(weight, bits, mapping, axis=0)
-    else:
-        qparams = quant.choose_qparams(weight, bits, mapping)
+    qparams = quant.weight_qparams(weight, bits, g or kind, mapping)
     return quant.quantize(weight, qparams, rounding), qparams
 
 
@@ -183,21 +183,36 @@ class QuantizedLinear(nn.Module):
 
 def formula_bytes(out_features: int, in_features: int, bits: int, group_size: int | str,
                   mapping: Mapping | str = Mapping.ASYMMETRIC) -> int:
-    """What :func:`servebook.memory.weight_bytes` says one quantized (out x in) weight costs.
+    """What :func:`servebook.memory.weight_bytes` says one quantized (out x in) weight costs, FP16 scales.
 
     Per channel is one group per row (``g = in_features``); per tensor, one group in all.
-    Widths other than 4 and 8 bits (simulated, ``pack=False``) use the same formula with
-    ``bits / 8`` bytes per code: what tightly packed codes would take.
+    Widths other than 4 and 8 bits (simulated, ``pack=False``) cost ``bits / 8`` bytes per code:
+    what tightly packed codes would take.
     """
-    mapping = as_mapping(mapping)
+    n = whole("out_features", out_features) * whole("in_features", in_features)
+    bits = whole("bits", bits)
+    zero_points = as_mapping(mapping) is Mapping.ASYMMETRIC
     kind, g = _granularity(group_size)
-    n = out_features * in_features
-    g = {"group": g, "channel": in_features, "tensor": n}[kind]
-    zero_points = mapping is Mapping.ASYMMETRIC
-    if bits in PACKABLE_BITS:
-        return memory.weight_bytes(n, f"int{bits}", group_size=g, scale_dtype="fp16", zero_points=zero_points)
-    groups = math.ceil(Fraction(n, g))
-    return math.ceil(Fraction(n * bits, 8) + groups * Fraction(16 + (bits if zero_points else 0), 8))
+    g = {"group": g, "channel": whole("in_features", in_features), "tensor": n}[kind]
+    return _quantized_bytes(n, bits, g, zero_points)
+
+
+# Scale widths memory.weight_bytes can name, by their bits.
+_SCALE_DTYPES = {8: "fp8", 16: "fp16", 32: "fp32"}
+
+
+def _quantized_bytes(n_params: int, bits: int, group_size: int, zero_points: bool, scale_bits: int = 16) -> int:
+    """Bytes of ``n_params`` codes of ``bits`` bits with a scale (and a zero point of ``bits``) per group.
+
+    :func:`servebook.memory.weight_bytes` where its dtypes name the widths (int4, int8; fp16 scales);
+    for the others (3 bits, say) the same formula, exactly, in one place.
+    """
+    code_dtype, scale_dtype = f"int{bits}", _SCALE_DTYPES.get(scale_bits)
+    if code_dtype in DTYPE_BYTES and scale_dtype is not None:
+        return memory.weight_bytes(n_params, code_dtype, group_size=group_size, scale_dtype=scale_dtype,
+                                   zero_points=zero_points)
+    groups = math.ceil(Fraction(n_params, group_size))
+    return math.ceil(Fraction(n_params * bits, 8) + groups * Fraction(scale_bits + (bits if zero_points else 0), 8))
 
 
 @dataclass
@@ -490,6 +505,12 @@ def _fold(previous: nn.Module, s: torch.Tensor) -> None:
 
 
 def bits_per_weight(bits: int, group_size: int, zero_points: bool = True, scale_bits: int = 16) -> float:
-    """Average stored bits per weight with one scale (and zero point) per ``group_size`` weights."""
-    return bits + (scale_bits + (bits if zero_points else 0)) / group_size
+    """Average stored bits per weight with one scale (and zero point) per ``group_size`` weights:
+    ``bits + (scale_bits + bits) / group_size``, counted in bytes as :func:`formula_bytes` counts them."""
+    bits, group_size = whole("bits", bits), whole("group_size", group_size)
+    scale_bits = whole("scale_bits", scale_bits)
+    if not isinstance(zero_points, bool):
+        raise TypeError(f"zero_points must be a bool, got {type(zero_points).__name__}")
+    n_params = 8 * group_size     # a whole number of bytes, so no rounding up
+    return float(Fraction(8 * _quantized_bytes(n_params, bits, group_size, zero_points, scale_bits), n_params))
 

@@ -38,7 +38,8 @@ A flat range (``r_min == r_max``) has no step.  Three conventions, all here:
 the floor ``s = max(s, eps)`` (``DEFAULT_EPS`` is PyTorch's observer default,
 2**-23); storing the constant exactly (``exact_constant=True``, the default); and
 widening the range to contain 0 first (``include_zero=True``, what PyTorch's
-observers and ONNX Runtime do, off by default to match the seeds' hand calculations).
+observers and ONNX Runtime do, off by default to match the seeds' hand calculations;
+:func:`weight_qparams`, the grid of RTN, GPTQ and AWQ, always turns it on).
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ import numpy as np
 __all__ = [
     "DEFAULT_EPS", "Mapping", "Rounding", "QParams",
     "qrange", "choose_qparams_affine", "quantize_affine", "dequantize_affine", "fake_quantize_affine",
-    "choose_qparams", "quantize", "dequantize", "fake_quantize", "quantization_error", "error_bound",
+    "choose_qparams", "weight_qparams", "quantize", "dequantize", "fake_quantize", "quantization_error", "error_bound",
     "pack_int4", "unpack_int4", "round_half_up", "round_half_even", "rounding_function", "to_fraction",
 ]
 
@@ -412,6 +413,13 @@ def _check_zero_point_scalar(zero_point):
     return int(zero_point)
 
 
+def _check_zero_point_range(low, high, qmin, qmax):
+    """A zero point is a code: outside ``[qmin, qmax]`` it would shift every value onto a clipped grid."""
+    if low < qmin or high > qmax:
+        found = f"{int(low)}" if low == high else f"values in [{int(low)}, {int(high)}]"
+        raise ValueError(f"zero_point must lie in [{qmin}, {qmax}] (the code range), got {found}")
+
+
 def _check_positive_scale_scalar(s):
     if s <= 0:
         raise ValueError(f"scale must be positive, got {s} (a zero scale divides by zero: floor it with eps)")
@@ -601,9 +609,13 @@ def _affine(x, scale, zero_point, qmin, qmax, rounding, fake):
         x_view, params = _numpy_view(x), _as_numpy_params(scale, zero_point)
         if x_view is None or params is None:
             scale, inv_scale, zero_point = _float_params(x, scale, zero_point)
+            if zero_point.numel():
+                _check_zero_point_range(float(zero_point.min()), float(zero_point.max()), qmin, qmax)
             return _affine_torch(x, scale, inv_scale, zero_point, qmin, qmax, rounding, fake)
         return _to_tensor(_affine(x_view, *params, qmin, qmax, rounding, fake), like=x)
     scale, inv_scale, zero_point = _float_params(x, scale, zero_point)
+    if zero_point.size:
+        _check_zero_point_range(zero_point.min(), zero_point.max(), qmin, qmax)
     out = np.empty(x.shape, dtype=x.dtype if fake else _code_dtype(qmin, qmax))
     _affine_numpy(x, scale, inv_scale, zero_point, qmin, qmax, rounding, out)
     if python_scalar:
@@ -614,7 +626,8 @@ def _affine(x, scale, zero_point, qmin, qmax, rounding, fake):
 def quantize_affine(x, scale, zero_point, qmin: int, qmax: int, rounding: Rounding | str = Rounding.HALF_UP):
     """Integer codes ``q = clip(round(x / s) + z, qmin, qmax)``; ``scale``/``zero_point`` broadcast against ``x``.
 
-    Saturates, never wraps.  Exact scalars and floats give an ``int``; numpy arrays and torch
+    Saturates, never wraps.  ``zero_point`` is a code and must lie in ``[qmin, qmax]`` (ValueError
+    otherwise, as in PyTorch's fake-quantize).  Exact scalars and floats give an ``int``; numpy arrays and torch
     tensors give the smallest integer dtype that holds ``[qmin, qmax]``.  The float paths compute
     ``round(x * (1 / s))``, PyTorch's arithmetic (see the module docstring for what that does at ties).
     """
@@ -623,6 +636,7 @@ def quantize_affine(x, scale, zero_point, qmin: int, qmax: int, rounding: Roundi
     if _is_exact(x) and _is_exact(scale):
         r, s = _to_fraction(x, "x"), _to_fraction(scale, "scale")
         z = _check_zero_point_scalar(zero_point)
+        _check_zero_point_range(z, z, qmin, qmax)
         _check_positive_scale_scalar(s)
         return min(max(_rounder(rounding)(r / s) + z, qmin), qmax)
     return _affine(x, scale, zero_point, qmin, qmax, rounding, fake=False)
@@ -795,6 +809,28 @@ def choose_qparams(x, bits: int, mapping: Mapping | str = Mapping.ASYMMETRIC, *,
     return QParams(scale, zero_point, int(bits), mapping, axis, group_size)
 
 
+def weight_qparams(weight, bits: int, group_size: int | str | None = None,
+                   mapping: Mapping | str = Mapping.ASYMMETRIC) -> QParams:
+    """The grid of a weight matrix ``W`` (out x in) as weight-only quantizers (RTN, GPTQ, AWQ) choose it.
+
+    - ``group_size`` an int: groups of ``group_size`` consecutive input features (``axis=-1``);
+    - ``None`` or ``"channel"``: one grid per output row (``axis=0``);
+    - ``"tensor"``: one grid for the whole matrix.
+
+    Always ``include_zero=True``, as GPTQ's reference quantizer does (``xmin = min(x.min(), 0)``,
+    ``xmax = max(x.max(), 0)``): the zero point then lies inside the code range and every weight
+    is within ``s / 2`` of its grid.  Without it a group whose weights are all positive (or all
+    negative) clips its zero point and saturates the weights at the far end of its range.
+    """
+    if group_size is None or group_size == "channel":
+        return choose_qparams(weight, bits, mapping, axis=0, include_zero=True)
+    if group_size == "tensor":
+        return choose_qparams(weight, bits, mapping, include_zero=True)
+    if isinstance(group_size, str):
+        raise ValueError(f"group_size must be a positive int, None, 'channel' or 'tensor', got {group_size!r}")
+    return choose_qparams(weight, bits, mapping, axis=-1, group_size=group_size, include_zero=True)
+
+
 def _params_view(x, qparams: QParams):
     """``x`` reshaped and ``scale``/``zero_point`` reshaped so that they broadcast, checked against each other."""
     shape = tuple(x.shape)
@@ -868,7 +904,14 @@ def error_bound(scale):
     is off by 0.5 whatever ``s`` is).
     """
     if _is_exact(scale):
-        return _to_fraction(scale, "scale") / 2
+        s = _to_fraction(scale, "scale")
+        _check_positive_scale_scalar(s)
+        return s / 2
+    if isinstance(scale, (bool, np.bool_)):
+        raise TypeError("scale must be a number or an array, got a bool")
+    values = _as_float_array(scale, "scale")
+    if not (_all_finite(values) and bool((values > 0).all())):
+        raise ValueError(f"scale must be positive and finite, got {scale}")
     return scale / 2
 
 
