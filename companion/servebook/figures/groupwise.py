@@ -18,7 +18,8 @@ from . import _style
 
 GRANULARITIES = ("tensor", "channel", 256, 128, 64, 32)
 KINDS = ("none", "rows", "columns")
-METHOD_COLOURS = {"fp32": _style.MUTED, "rtn": _style.WEIGHTS, "gptq": _style.ACCENT, "awq": _style.KV}
+# Methods take series colours: orange and teal mean weights and KV cache everywhere in the book.
+METHOD_COLOURS = {"fp32": _style.MUTED, "rtn": _style.SEQUENCE[2], "gptq": _style.ACCENT, "awq": _style.SEQUENCE[3]}
 
 
 def planted_outliers(kind: str = "columns", out_features: int = 256, in_features: int = 1024,
@@ -62,7 +63,7 @@ def groupwise_outliers(bits: int = 4, granularities: tuple = GRANULARITIES, fact
     x = np.arange(len(granularities))
     labels = {"none": "no outliers", "rows": f"{n_outliers} outlier rows (x{factor:g})",
               "columns": f"{n_outliers} outlier columns (x{factor:g})"}
-    colours = {"none": _style.MUTED, "rows": _style.WEIGHTS, "columns": _style.WASTE}
+    colours = {"none": _style.MUTED, "rows": _style.SEQUENCE[3], "columns": _style.WASTE}
     with matplotlib.rc_context(_style.RC):
         for kind in KINDS:
             W = planted_outliers(kind, factor=factor, n_outliers=n_outliers)
