@@ -13,22 +13,11 @@ thread (what ``gptq`` and ``awq`` use on a CPU).
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
 
 from servebook import awq, gptq, qmodel, smallmodel
-
-
-def median_seconds(function, repeats: int) -> float:
-    function()  # warm up: lazy imports, first-touch allocations
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+from timing import median_seconds
 
 
 def main() -> None:

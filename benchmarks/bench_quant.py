@@ -15,8 +15,6 @@ Effective bandwidth counts only the float32 matrix read and the float32 result w
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from unittest import mock
 
 import numpy as np
@@ -24,18 +22,9 @@ import torch
 
 from servebook import quant
 from servebook.quant import Rounding
+from timing import median_seconds
 
 INT4 = quant.qrange(4)
-
-
-def median_seconds(function, repeats: int) -> float:
-    function()  # warm up: first-touch page faults, lazy initialisation
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def main() -> None:

@@ -40,3 +40,15 @@ def byte_count(name: str, value, allow_zero: bool = True) -> int:
     if value != int(value):
         raise ValueError(f"{name} must be a whole number of bytes, got {value}")
     return int(value)
+
+
+def lookup(kind: str, name, table: dict, key=str.lower):
+    """``table[key(name)]``; an unknown name raises a ValueError listing the known ones.
+
+    Registries (models, GPUs, quantization schemes) are looked up by a case-insensitive name.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"{kind} name must be a string, got {type(name).__name__}")
+    if key(name) not in table:
+        raise ValueError(f"unknown {kind} {name!r}; known {kind}s: {', '.join(table)}")
+    return table[key(name)]

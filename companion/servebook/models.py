@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .checks import whole
+from .checks import lookup, whole
 
 
 @dataclass(frozen=True)
@@ -195,12 +195,7 @@ REGISTRY: dict[str, ModelSpec] = {
 
 def get(name: str) -> ModelSpec:
     """Look a model up in the registry by name (case-insensitive)."""
-    if not isinstance(name, str):
-        raise TypeError(f"name must be a string, got {type(name).__name__}")
-    key = name.lower()
-    if key not in REGISTRY:
-        raise ValueError(f"unknown model {name!r}; known models: {', '.join(REGISTRY)}")
-    return REGISTRY[key]
+    return lookup("model", name, REGISTRY)
 
 
 def resolve(model: ModelSpec | str) -> ModelSpec:

@@ -35,7 +35,7 @@ import math
 from dataclasses import dataclass
 
 from . import memory, models
-from .checks import whole
+from .checks import lookup, whole
 from .models import ModelSpec
 from .units import GB, MiB
 
@@ -147,10 +147,7 @@ def gpu(name: GPU | str) -> GPU:
         return name
     if not isinstance(name, str):
         raise TypeError(f"gpu must be a GPU or a name such as 'a100-80gb-sxm', got {type(name).__name__}")
-    key = name.lower()
-    if key not in GPUS:
-        raise ValueError(f"unknown GPU {name!r}; known GPUs: {', '.join(GPUS)}")
-    return GPUS[key]
+    return lookup("GPU", name, GPUS)
 
 
 def ridge_point(device: GPU | str, precision: str = "fp16") -> float:
@@ -200,10 +197,7 @@ def scheme(name: Scheme | str) -> Scheme:
         return name
     if not isinstance(name, str):
         raise TypeError(f"scheme must be a Scheme or a name, got {type(name).__name__}")
-    key = name.upper()
-    if key not in SCHEMES:
-        raise ValueError(f"unknown scheme {name!r}; known schemes: {', '.join(SCHEMES)}")
-    return SCHEMES[key]
+    return lookup("scheme", name, SCHEMES, key=str.upper)
 
 
 # ---------------------------------------------------------------------------
