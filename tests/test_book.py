@@ -99,3 +99,22 @@ def test_page_executes(page):
     assert not errors
     leftover = [c.source for c in result.notebook.cells if c.cell_type == "markdown" and build.INLINE.search(c.source)]
     assert not leftover, "inline expressions were not evaluated"
+
+
+def _visible_outputs(notebook) -> list:
+    """Per cell: its printed text and its rich outputs, without widget model ids (random by design)."""
+    cells = []
+    for cell in notebook.cells:
+        outputs = cell.get("outputs", [])
+        text = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
+        data = [{k: v for k, v in o.get("data", {}).items() if k != "application/vnd.jupyter.widget-view+json"}
+                for o in outputs if "data" in o]
+        cells.append((cell.source, text, data))
+    return cells
+
+
+@pytest.mark.slow
+def test_executing_a_page_twice_gives_the_same_outputs():
+    page = ROOT / "chapters" / "04-continuous-batching.qmd"  # a seeded simulation, figures and tables
+    first, second = (_visible_outputs(build.execute_page(page).notebook) for _ in range(2))
+    assert first == second
