@@ -86,6 +86,17 @@ def test_figure_cells_have_label_caption_and_alt_text(page):
             assert options.get("fig-alt"), f"{where} has no fig-alt"
 
 
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_callout_fences_are_balanced(page):
+    depth = 0
+    for line in CODE_BLOCK.sub("", QMD[page]).splitlines():
+        fence = re.match(r"^:{3,}\s*(\S.*)?$", line)
+        if fence:
+            depth += 1 if fence.group(1) else -1
+            assert depth >= 0, f"a ::: closes nothing: {line!r}"
+    assert depth == 0, f"{depth} ::: div(s) left open"
+
+
 @pytest.mark.parametrize("page", [p for p in PAGES if p.parent.name == "chapters"], ids=lambda p: p.name)
 def test_chapters_link_to_their_colab_notebook(page):
     assert f"{build.COLAB_BASE}/{page.stem}.ipynb" in QMD[page], "the chapter needs its Open in Colab badge"
