@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import __version__, preview
+from .preview import cell_options
 
 ROOT_MARKER = "_quarto.yml"
 INLINE = re.compile(r"`\{python\}\s+([^`]+)`")
-OPTION = re.compile(r"^#\|\s*([\w-]+)\s*:\s*(.*)$")
 INLINE_TAG = "servebook-inline"
 COLAB_BASE = "https://colab.research.google.com/github/servebook/servebook/blob/gh-pages/notebooks"
 INSTALL_SPEC = f"servebook[torch] @ git+https://github.com/servebook/servebook@v{__version__}"
@@ -68,17 +68,6 @@ def book_pages(root: Path) -> list[Path]:
     book = config.get("book", {})
     names = _walk_chapters(book.get("chapters")) + _walk_chapters(book.get("appendices"))
     return [root / name for name in names]
-
-
-def cell_options(source: str) -> dict[str, str]:
-    """The ``#| key: value`` options at the top of a code cell."""
-    options = {}
-    for line in source.splitlines():
-        match = OPTION.match(line)
-        if not match:
-            break
-        options[match.group(1)] = match.group(2).strip().strip('"').strip("'")
-    return options
 
 
 def read_page(path: Path):

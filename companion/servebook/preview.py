@@ -30,7 +30,8 @@ class Target:
     text: str
 
 
-def _options(source: str) -> dict[str, str]:
+def cell_options(source: str) -> dict[str, str]:
+    """The ``#| key: value`` options at the top of a code cell."""
     found = {}
     for line in source.splitlines():
         match = OPTION.match(line)
@@ -38,7 +39,6 @@ def _options(source: str) -> dict[str, str]:
             break
         found[match.group(1)] = match.group(2).strip().strip('"').strip("'")
     return found
-
 
 def collect_targets(pages: list[tuple[str, object]]) -> dict[str, Target]:
     """Label -> where it lives and how a reference to it reads ("Figure 2.3", a section title)."""
@@ -62,7 +62,7 @@ def collect_targets(pages: list[tuple[str, object]]) -> dict[str, Target]:
                 for _, label in TABLE_CAPTION.findall(cell.source):
                     add(label, "tbl")
             else:
-                label = _options(cell.source).get("label", "")
+                label = cell_options(cell.source).get("label", "")
                 if label.startswith(("fig-", "tbl-")):
                     add(label, label[:3])
     return targets
@@ -104,7 +104,7 @@ def prepare(notebook, targets: dict[str, Target], here: str):
             cells.append(cell)
             continue
         cells.append(cell)
-        options = _options(cell.source)
+        options = cell_options(cell.source)
         label = options.get("label", "")
         caption = options.get("fig-cap") or options.get("tbl-cap")
         if label in targets and caption:
