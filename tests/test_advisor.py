@@ -144,7 +144,7 @@ def test_levers_never_fit_fewer_requests(model, gpu, prompt, output, batch, extr
     (lambda: advisor.advise("llama-2-13b", "a100-80gb-sxm", Workload(10, 10, overhead=81 * GiB)), ValueError,
      "overhead .* is not smaller than the GPU's memory"),
     (lambda: advisor.advise("llama-2-13b", "a100-40gb", Workload(10, 10)), ValueError,
-     "known GPUs: a100-80gb-sxm, h100-sxm, h200, l4, t4"),
+     "known GPUs: a100-80gb-sxm, a100-40gb-sxm, h100-sxm, h200, l4, t4"),
     (lambda: advisor.advise("llama-2-13b", "h100-sxm", {"prompt_len": 10}), TypeError, "workload must be a Workload"),
     (lambda: advisor.advise("llama-2-13b", "h100-sxm", Workload(10, 10)).lever("LoRA"), ValueError, "unknown lever"),
     (lambda: advisor.advise(ModelSpec("shape only", n_layers=2, d_model=64, n_heads=4), "t4", Workload(10, 10)),

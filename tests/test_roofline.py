@@ -4,6 +4,7 @@ import math
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -22,6 +23,7 @@ A100 = roofline.gpu("a100-80gb-sxm")
 # name: (bandwidth GB/s, dense FP16 TFLOP/s, dense INT8 TOP/s, datasheet prints sparse, nvidia-smi MiB)
 DATASHEET = {
     "a100-80gb-sxm": (2039, 312, 624, False, 81_920),
+    "a100-40gb-sxm": (1555, 312, 624, False, 40_960),
     "h100-sxm": (3350, 1979 / 2, 3958 / 2, True, 81_559),
     "h200": (4800, 1979 / 2, 3958 / 2, True, 143_771),
     "l4": (300, 242 / 2, 485 / 2, True, 23_034),
@@ -217,7 +219,7 @@ def test_gpu_table_says_which_datasheet_figure_it_used():
 
 
 @pytest.mark.parametrize(("call", "error", "match"), [
-    (lambda: roofline.gpu("a100-40gb"), ValueError, "known GPUs: a100-80gb-sxm, h100-sxm, h200, l4, t4"),
+    (lambda: roofline.gpu("a100-40gb"), ValueError, "known GPUs: a100-80gb-sxm, a100-40gb-sxm, h100-sxm, h200, l4, t4"),
     (lambda: roofline.gpu(80), TypeError, "gpu must be"),
     (lambda: roofline.ridge_point("a100-80gb-sxm", "fp64"), ValueError, "precision must be one of"),
     (lambda: roofline.scheme("W2A16"), ValueError, "known schemes"),
@@ -240,3 +242,57 @@ def test_bad_input_is_named(call, error, match):
 def test_zero_steps_take_no_time():
     assert roofline.decode_time(LLAMA13, A100, 4, 100, 0) == 0.0
     assert math.isfinite(roofline.decode_time(LLAMA13, A100, 4, 100, 1))
+
+
+# --- the one step model ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("weights", ["W16A16", "W8A8", "W4A16"])
+def test_step_model_seconds_is_the_bound_of_its_cost(weights):
+    """The simulator's fast path and the roofline's bound are one formula: equal to the last bit."""
+    model = roofline.StepModel(LLAMA13, weights, device=A100)
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        sequences = int(rng.integers(1, 64))
+        tokens = sequences + int(rng.integers(0, 4000))
+        cached = int(rng.integers(0, 100_000))
+        pairs = tokens + int(rng.integers(0, 10**7))
+        logits = int(rng.integers(0, tokens + 1))
+        step = model.cost(sequences, tokens, cached, pairs, logits_tokens=logits)
+        assert model.seconds(tokens, cached, pairs, logits) == roofline.bound(step, A100).time
+
+
+def test_a_mixed_step_is_the_sum_of_its_prefill_and_decode_work():
+    """One prefill of 100 tokens beside 8 decodes at context 500: FLOPs and KV bytes add, weights are read once."""
+    prefill = roofline.prefill_step(LLAMA13, 1, 100)
+    decode = roofline.decode_step(LLAMA13, 8, 500)
+    pairs = roofline.attention_pairs(100, 0) + 8 * roofline.attention_pairs(1, 500)
+    mixed = roofline.StepModel(LLAMA13).cost(9, 108, 8 * 500, pairs)
+    assert mixed.matmul_flops == prefill.matmul_flops + decode.matmul_flops
+    assert mixed.attention_flops == prefill.attention_flops + decode.attention_flops
+    assert mixed.kv_read_bytes + mixed.kv_write_bytes == (prefill.kv_read_bytes + prefill.kv_write_bytes
+                                                          + decode.kv_read_bytes + decode.kv_write_bytes)
+    assert mixed.weight_bytes == prefill.weight_bytes == decode.weight_bytes
+
+
+def test_last_token_logits_leave_out_the_lm_head_of_the_other_prompt_tokens():
+    spec = models.get("llama-2-7b")
+    every = roofline.prefill_step(spec, 4, 128)
+    last = roofline.prefill_step(spec, 4, 128, logits="last")
+    assert every.matmul_flops - last.matmul_flops == 2 * spec.vocab_size * spec.d_model * 4 * 127
+
+
+def test_step_model_refuses_impossible_counts():
+    model = roofline.StepModel(LLAMA13)
+    with pytest.raises(ValueError, match="tokens must be >= 4"):
+        model.cost(4, 3, 0, 3)
+    with pytest.raises(ValueError, match="pairs must be >= 10"):
+        model.cost(1, 10, 0, 9)
+    with pytest.raises(ValueError, match="logits_tokens must be <= 10"):
+        model.cost(1, 10, 0, 55, logits_tokens=11)
+    with pytest.raises(ValueError, match="phase must be one of"):
+        model.cost(1, 1, 0, 1, phase="both")
+    with pytest.raises(ValueError, match="needs a GPU"):
+        model.seconds(1, 0, 1)
+    with pytest.raises(ValueError, match="logits must be one of"):
+        roofline.prefill_step(LLAMA13, 1, 10, logits="first")

@@ -34,120 +34,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from . import memory, models
-from .checks import lookup, whole
+from . import gpus, memory, models
+from .checks import choice, lookup, whole
+from .gpus import GPU, GPUS, Quoted
 from .models import ModelSpec
-from .units import GB, MiB
+from .units import GB, ceil_div
 
 # ---------------------------------------------------------------------------
-# GPUs: datasheet numbers, with their sources.
+# GPUs live in :mod:`servebook.gpus`; the roofline names them as it always has.
 
-
-@dataclass(frozen=True)
-class Quoted:
-    """A peak rate exactly as a datasheet prints it, and whether that print assumes 2:4 sparsity.
-
-    NVIDIA's Ampere, Hopper and Ada datasheets print tensor-core rates "with
-    sparsity" (a 2:4 structured-sparse matrix), twice the dense rate a serving
-    engine gets from a dense model.  :attr:`dense` undoes that.
-    """
-
-    value: float  # in the datasheet's unit (TFLOPS or TOPS) as printed
-    sparse: bool  # True where the printed figure is the sparse one (marked * on the datasheet)
-
-    @property
-    def dense(self) -> float:
-        """The dense rate in operations per second."""
-        return self.value * 1e12 / (2 if self.sparse else 1)
-
-
-@dataclass(frozen=True)
-class GPU:
-    """One GPU's memory and peak rates, from its datasheet.
-
-    ``memory`` is what ``nvidia-smi`` reports as the card's total (bytes): the
-    datasheet's capacity label is given in ``memory_label`` as printed, and the
-    two differ (the A100's "80GB" is 81,920 MiB = 80 GiB).  ``bandwidth`` is
-    in bytes per second (datasheets print decimal GB/s and TB/s).
-    """
-
-    name: str
-    memory: int
-    memory_label: str
-    bandwidth: int
-    fp16: Quoted       # FP16/BF16 tensor core
-    int8: Quoted       # INT8 tensor core
-    fp32_tflops: float  # non-tensor FP32 (CUDA cores): where W4A16 dequantizes
-    source: str        # references.bib key of the datasheet
-    url: str
-    notes: str = ""
-
-    @property
-    def fp16_flops(self) -> float:
-        """Dense FP16/BF16 tensor-core peak, FLOP/s."""
-        return self.fp16.dense
-
-    @property
-    def int8_ops(self) -> float:
-        """Dense INT8 tensor-core peak, OP/s."""
-        return self.int8.dense
-
-    @property
-    def fp32_flops(self) -> float:
-        """Non-tensor FP32 peak, FLOP/s."""
-        return self.fp32_tflops * 1e12
-
-    def peak(self, precision: str = "fp16") -> float:
-        """Dense peak of the ``"fp16"`` or ``"int8"`` tensor cores, or the ``"fp32"`` CUDA cores."""
-        rates = {"fp16": self.fp16_flops, "bf16": self.fp16_flops, "int8": self.int8_ops, "fp32": self.fp32_flops}
-        if precision not in rates:
-            raise ValueError(f"precision must be one of {', '.join(rates)}, got {precision!r}")
-        return rates[precision]
-
-
-_SPARSE_NOTE = "The datasheet prints tensor-core rates with sparsity (*); dense is half."
-
-GPUS: dict[str, GPU] = {
-    gpu.name: gpu
-    for gpu in [
-        GPU("a100-80gb-sxm", memory=81_920 * MiB, memory_label="80GB HBM2e", bandwidth=2_039 * GB,
-            fp16=Quoted(312, sparse=False), int8=Quoted(624, sparse=False), fp32_tflops=19.5,
-            source="nvidiaa100",
-            url="https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/"
-                "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf",
-            notes="SXM column. The datasheet prints dense and sparse side by side: FP16 312 | 624*, "
-                  "INT8 624 | 1,248* TOPS. The PCIe 80GB card has 1,935 GB/s."),
-        GPU("h100-sxm", memory=81_559 * MiB, memory_label="80GB HBM3", bandwidth=3_350 * GB,
-            fp16=Quoted(1_979, sparse=True), int8=Quoted(3_958, sparse=True), fp32_tflops=67,
-            source="nvidiah100", url="https://www.nvidia.com/en-us/data-center/h100/",
-            notes="SXM column. " + _SPARSE_NOTE + " FP16/BF16 1,979* -> 989.5 dense "
-                  "(the Hopper whitepaper lists 989.4); INT8 3,958* -> 1,979 dense."),
-        GPU("h200", memory=143_771 * MiB, memory_label="141GB HBM3e", bandwidth=4_800 * GB,
-            fp16=Quoted(1_979, sparse=True), int8=Quoted(3_958, sparse=True), fp32_tflops=67,
-            source="nvidiah200", url="https://www.nvidia.com/en-us/data-center/h200/",
-            notes="SXM column: the H100's compute with more, faster memory. " + _SPARSE_NOTE),
-        GPU("l4", memory=23_034 * MiB, memory_label="24GB GDDR6", bandwidth=300 * GB,
-            fp16=Quoted(242, sparse=True), int8=Quoted(485, sparse=True), fp32_tflops=30.3,
-            source="nvidial4", url="https://www.nvidia.com/en-us/data-center/l4/",
-            notes=_SPARSE_NOTE + " FP16 242* -> 121 dense; INT8 485* -> 242.5 dense."),
-        GPU("t4", memory=15_360 * MiB, memory_label="16GB GDDR6", bandwidth=320 * GB,
-            fp16=Quoted(65, sparse=False), int8=Quoted(130, sparse=False), fp32_tflops=8.1,
-            source="nvidiat4", url="https://www.nvidia.com/en-us/data-center/tesla-t4/",
-            notes="Turing has no sparse tensor cores: the datasheet's figures are dense. "
-                  "FP16 is 'mixed precision (FP16/FP32)'; bandwidth is printed as '320+ GB/s'."),
-    ]
-}
-"""The GPU table.  ``memory`` is the total ``nvidia-smi`` reports (public logs: A100-SXM4-80GB
-81,920 MiB; H100 80GB HBM3 81,559 MiB; H200 143,771 MiB; L4 23,034 MiB; T4 15,360 MiB)."""
-
-
-def gpu(name: GPU | str) -> GPU:
-    """Look a GPU up by name (case-insensitive); an unknown name lists the known ones."""
-    if isinstance(name, GPU):
-        return name
-    if not isinstance(name, str):
-        raise TypeError(f"gpu must be a GPU or a name such as 'a100-80gb-sxm', got {type(name).__name__}")
-    return lookup("GPU", name, GPUS)
+gpu = gpus.get
 
 
 def ridge_point(device: GPU | str, precision: str = "fp16") -> float:
@@ -201,7 +97,9 @@ def scheme(name: Scheme | str) -> Scheme:
 
 
 # ---------------------------------------------------------------------------
-# What one step does.
+# What one step does: the one step model of the library.  Everything that
+# times a step (this module's bounds, the batching simulator, the advisor, the
+# lab's predictions) builds a StepCost here and bounds it with bound().
 
 
 def matmul_params(model: ModelSpec | str) -> int:
@@ -218,16 +116,32 @@ def matmul_params(model: ModelSpec | str) -> int:
     return spec.n_params - spec.vocab_size * spec.d_model
 
 
+def attention_pairs(new_tokens: int, cached_tokens: int) -> int:
+    """(query, key) pairs of causal attention when ``new_tokens`` join ``cached_tokens``.
+
+    The i-th new token (1-based) attends to every cached token and to i new
+    ones (itself included): n·c + n(n+1)/2.  A decode token (n = 1) gives c + 1.
+    """
+    return new_tokens * cached_tokens + new_tokens * (new_tokens + 1) // 2
+
+
 @dataclass(frozen=True)
 class StepCost:
-    """The work of one step over a batch: FLOPs by kind and bytes by kind."""
+    """The work of one step: FLOPs by kind and bytes by kind.
 
-    phase: str            # "prefill" or "decode"
+    A step is one forward pass over the sequences scheduled together.  Each
+    brings new tokens (a whole prompt, a chunk of one, or a single decode
+    token) and attends to the tokens it already has in the KV cache.  The
+    counts are sums over the step's sequences, so a scheduler's mixed step
+    (some sequences prefilling while others decode) is one StepCost too.
+    """
+
+    phase: str            # "prefill", "decode" or "mixed"
     model: str
     scheme: Scheme
-    batch: int            # sequences in the step
-    new_tokens: int       # tokens each sequence adds in this step (prompt length, or 1)
-    cached_tokens: int    # tokens each sequence already had in its KV cache
+    sequences: int        # sequences in the step
+    tokens: int           # new tokens the step processes, summed over its sequences
+    cached_tokens: int    # tokens already in the KV cache, summed over its sequences (read, not recomputed)
     matmul_flops: int
     attention_flops: int
     dequant_flops: int
@@ -236,9 +150,14 @@ class StepCost:
     kv_write_bytes: int
 
     @property
-    def tokens(self) -> int:
-        """Tokens the step processes: batch x new tokens."""
-        return self.batch * self.new_tokens
+    def batch(self) -> int:
+        """Sequences in the step."""
+        return self.sequences
+
+    @property
+    def new_tokens(self) -> int:
+        """New tokens per sequence (a prompt's length, or 1 in decode): exact for a uniform step."""
+        return self.tokens // self.sequences
 
     @property
     def flops(self) -> int:
@@ -254,40 +173,93 @@ class StepCost:
         return self.flops / self.bytes
 
 
-def _step(phase: str, model, batch: int, new_tokens: int, cached_tokens: int,
-          weights: Scheme | str, kv_dtype: str) -> StepCost:
-    spec = models.resolve(model)
-    recipe = scheme(weights)
-    n_matmul = matmul_params(spec)
-    kv_per_token = memory.kv_bytes_per_token(spec, kv_dtype)
-    q_dim = spec.n_heads * spec.head_dim
-    # Causal attention: the i-th new token (1-based) attends to the cached tokens and to i new ones.
-    positions = new_tokens * cached_tokens + new_tokens * (new_tokens + 1) // 2
-    tokens = batch * new_tokens
-    tiles = math.ceil(tokens / recipe.dequant_tile_tokens)
-    return StepCost(
-        phase=phase, model=spec.name, scheme=recipe, batch=batch, new_tokens=new_tokens,
-        cached_tokens=cached_tokens,
-        matmul_flops=2 * n_matmul * tokens,
-        attention_flops=4 * spec.n_layers * q_dim * positions * batch,
-        dequant_flops=recipe.dequant_flops_per_weight * n_matmul * tiles,
-        weight_bytes=recipe.weight_bytes(n_matmul),
-        kv_read_bytes=kv_per_token * cached_tokens * batch,
-        kv_write_bytes=kv_per_token * tokens,
-    )
+class StepModel:
+    """The step model of one model under one scheme: a step's cost from its token counts.
+
+    ``cost`` turns (sequences, new tokens, cached tokens, attention pairs) into
+    a :class:`StepCost`; ``seconds`` gives the same step's roofline bound on a
+    GPU without building one, for simulators that time millions of steps.
+    Both use the same integers, so ``seconds(...) == bound(cost(...), gpu).time``.
+
+    ``logits_tokens`` (in :meth:`cost`) is the number of tokens the LM head is
+    applied to; by default every new token, as a plain forward pass does.
+    A server samples only each sequence's last position, so it may pass the
+    number of sequences instead.
+    """
+
+    def __init__(self, model: ModelSpec | str, weights: Scheme | str = "W16A16", kv_dtype: str = "fp16",
+                 device: GPU | str | None = None) -> None:
+        self.spec = models.resolve(model)
+        self.scheme = scheme(weights)
+        self.kv_dtype = kv_dtype
+        self.n_matmul = matmul_params(self.spec)
+        self.kv_per_token = memory.kv_bytes_per_token(self.spec, kv_dtype)
+        self.weight_bytes = self.scheme.weight_bytes(self.n_matmul)
+        self.attention_flops_per_pair = 4 * self.spec.n_layers * self.spec.n_heads * self.spec.head_dim
+        self.lm_head_params = (self.spec.vocab_size or 0) * self.spec.d_model
+        self.gpu = None if device is None else gpu(device)
+
+    def cost(self, sequences: int, tokens: int, cached_tokens: int, pairs: int, *, phase: str = "mixed",
+             logits_tokens: int | None = None) -> StepCost:
+        """The StepCost of a step of ``sequences`` sequences adding ``tokens`` to ``cached_tokens``.
+
+        ``pairs`` is the step's attention (query, key) pairs, summed with
+        :func:`attention_pairs` over its sequences.
+        """
+        sequences = whole("sequences", sequences, 1)
+        tokens = whole("tokens", tokens, sequences)
+        cached_tokens = whole("cached_tokens", cached_tokens, 0)
+        pairs = whole("pairs", pairs, tokens)
+        logits = tokens if logits_tokens is None else whole("logits_tokens", logits_tokens, 0, tokens)
+        tiles = ceil_div(tokens, self.scheme.dequant_tile_tokens)
+        return StepCost(
+            phase=choice("phase", phase, PHASES), model=self.spec.name, scheme=self.scheme,
+            sequences=sequences, tokens=tokens, cached_tokens=cached_tokens,
+            matmul_flops=2 * self.n_matmul * tokens - 2 * self.lm_head_params * (tokens - logits),
+            attention_flops=self.attention_flops_per_pair * pairs,
+            dequant_flops=self.scheme.dequant_flops_per_weight * self.n_matmul * tiles,
+            weight_bytes=self.weight_bytes,
+            kv_read_bytes=self.kv_per_token * cached_tokens,
+            kv_write_bytes=self.kv_per_token * tokens,
+        )
+
+    def seconds(self, tokens: int, cached_tokens: int, pairs: int, logits_tokens: int | None = None) -> float:
+        """Roofline bound (seconds) of a step on the model's GPU, from its token counts; no checks, no objects.
+
+        The same arithmetic as ``bound(self.cost(...), device).time``, for
+        the inner loop of a simulator that has validated its own counts.
+        """
+        device, recipe = self.gpu, self.scheme
+        if device is None:
+            raise ValueError("StepModel.seconds needs a GPU: build the model with device=...")
+        logits = tokens if logits_tokens is None else logits_tokens
+        matmul = 2 * self.n_matmul * tokens - 2 * self.lm_head_params * (tokens - logits)
+        attention = self.attention_flops_per_pair * pairs
+        dequant = recipe.dequant_flops_per_weight * self.n_matmul * ceil_div(tokens, recipe.dequant_tile_tokens)
+        compute = _compute_time(device, recipe, matmul, attention, dequant)
+        moved = self.weight_bytes + self.kv_per_token * cached_tokens + self.kv_per_token * tokens
+        return max(compute, moved / device.bandwidth)
+
+
+PHASES = ("prefill", "decode", "mixed")
 
 
 def prefill_step(model: ModelSpec | str, batch: int, prompt_len: int, weights: Scheme | str = "W16A16",
-                 kv_dtype: str = "fp16", cached_tokens: int = 0) -> StepCost:
+                 kv_dtype: str = "fp16", cached_tokens: int = 0, logits: str = "all") -> StepCost:
     """One prefill step: ``batch`` prompts of ``prompt_len`` tokens go through the model at once.
 
-    ``cached_tokens`` is a prefix already in the KV cache (prefix caching, or a
-    later chunk of a chunked prefill); it is read, not recomputed.
+    ``cached_tokens`` is a prefix (per prompt) already in the KV cache (prefix
+    caching, or a later chunk of a chunked prefill); it is read, not
+    recomputed.  ``logits="last"`` applies the LM head to each prompt's last
+    token only, as a server (and the lab) does; ``"all"`` to every token.
     """
     batch = whole("batch", batch, 1)
     prompt_len = whole("prompt_len", prompt_len, 1)
     cached_tokens = whole("cached_tokens", cached_tokens, 0)
-    return _step("prefill", model, batch, prompt_len, cached_tokens, weights, kv_dtype)
+    logits_tokens = batch if choice("logits", logits, ("all", "last")) == "last" else None
+    return StepModel(model, weights, kv_dtype).cost(
+        batch, batch * prompt_len, batch * cached_tokens, batch * attention_pairs(prompt_len, cached_tokens),
+        phase="prefill", logits_tokens=logits_tokens)
 
 
 def decode_step(model: ModelSpec | str, batch: int, context_len: int, weights: Scheme | str = "W16A16",
@@ -295,11 +267,20 @@ def decode_step(model: ModelSpec | str, batch: int, context_len: int, weights: S
     """One decode step: each of ``batch`` sequences with ``context_len`` cached tokens adds one token."""
     batch = whole("batch", batch, 1)
     context_len = whole("context_len", context_len, 0)
-    return _step("decode", model, batch, 1, context_len, weights, kv_dtype)
+    return StepModel(model, weights, kv_dtype).cost(
+        batch, batch, batch * context_len, batch * attention_pairs(1, context_len), phase="decode")
 
 
 # ---------------------------------------------------------------------------
 # Bounds.
+
+
+def _compute_time(device: GPU, recipe: Scheme, matmul_flops: int, attention_flops: int, dequant_flops: int) -> float:
+    """Tensor-core time of the matmuls (at the scheme's precision) and of attention (FP16), plus the
+    CUDA-core time of W4A16's dequantization, which competes with the matmuls for the same SMs."""
+    return (matmul_flops / device.peak(recipe.matmul_precision)
+            + attention_flops / device.peak("fp16")
+            + dequant_flops / device.peak("fp32"))
 
 
 @dataclass(frozen=True)
@@ -349,8 +330,10 @@ class Bound:
 
     def describe(self) -> str:
         s = self.step
-        return (f"{s.phase} {s.model} {s.scheme.name} batch {s.batch} x {s.new_tokens} tokens "
-                f"(cached {s.cached_tokens}) on {self.gpu.name}: {s.flops / 1e12:,.2f} TFLOP, "
+        shape = (f"batch {s.batch} x {s.new_tokens} tokens (cached {s.cached_tokens // s.batch})"
+                 if s.phase != "mixed" else f"{s.sequences} sequences, {s.tokens} tokens (cached {s.cached_tokens})")
+        return (f"{s.phase} {s.model} {s.scheme.name} {shape} "
+                f"on {self.gpu.name}: {s.flops / 1e12:,.2f} TFLOP, "
                 f"{s.bytes / GB:,.2f} GB, intensity {s.intensity:,.1f} FLOP/B vs ridge {self.ridge:,.1f}; "
                 f"compute {self.compute_time * 1e3:,.3f} ms, memory {self.memory_time * 1e3:,.3f} ms "
                 f"-> {self.bound}-bound, >= {self.time * 1e3:,.3f} ms, <= {self.tokens_per_s:,.0f} tokens/s")
@@ -361,9 +344,7 @@ def bound(step: StepCost, device: GPU | str) -> Bound:
     if not isinstance(step, StepCost):
         raise TypeError(f"step must be a StepCost (from prefill_step or decode_step), got {type(step).__name__}")
     device = gpu(device)
-    compute = (step.matmul_flops / device.peak(step.scheme.matmul_precision)
-               + step.attention_flops / device.peak("fp16")
-               + step.dequant_flops / device.peak("fp32"))
+    compute = _compute_time(device, step.scheme, step.matmul_flops, step.attention_flops, step.dequant_flops)
     return Bound(step=step, gpu=device, compute_time=compute, memory_time=step.bytes / device.bandwidth)
 
 

@@ -66,6 +66,14 @@ def bits_per_element(dtype: str) -> int:
     return int(bytes_per_element(dtype) * 8)
 
 
+def ceil_div(items: int, per_container: int) -> int:
+    """Whole containers of ``per_container`` that hold ``items``: blocks for tokens, tiles for rows.
+
+    The one ceiling division of the library (integers only, so no float rounding at large counts).
+    """
+    return -(-items // per_container)
+
+
 def to_unit(n_bytes: int, unit: str) -> float:
     """Convert a byte count to ``unit`` (for display only)."""
     if unit not in UNITS:
