@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from servebook import build
+from tools import build
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from servebook import batching, memory, models
-from servebook.batching import IterationCost, Request, sample_trace, simulate
+from servebook import batching, memory, models, roofline
+from servebook.batching import Request, sample_trace, simulate
 
 TRACE = sample_trace(120, seed=1, prompt_mean=40, output_mean=80, max_len=256)
 SLOTS = 2048
@@ -90,14 +90,28 @@ def test_time_is_in_iterations_without_a_cost_model(runs):
     assert result.summary().makespan_s == len(result.steps["dt"])
 
 
-def test_iteration_cost_is_a_roofline():
+def test_each_iteration_takes_the_step_models_time():
+    """Every iteration's dt is the roofline bound of the step its counts describe: one step model."""
     spec = models.get("llama-2-13b")
-    cost = IterationCost.for_model(spec, bandwidth=2e12, peak_flops=300e12)
-    assert cost.weight_bytes == memory.weight_bytes(spec.n_params)
-    # Decode of one request is memory-bound: the weight read dominates.
-    assert math.isclose(cost.seconds(1, 100), (cost.weight_bytes + 100 * 819_200) / 2e12)
-    # A 4096-token prefill is compute-bound.
-    assert math.isclose(cost.seconds(4096, 4096), 4096 * 2 * spec.n_params / 300e12)
+    cost = roofline.StepModel(spec, device="a100-40gb-sxm")
+    result = simulate(TRACE, kv_slots=SLOTS, max_len=256, cost=cost)
+    s = result.steps
+    tokens = s["prefill_tokens"] + s["decode_tokens"]
+    assert np.all(s["dt"] >= cost.weight_bytes / cost.gpu.bandwidth)  # every step reads the weights once
+    # A decode-only step of B sequences that hold C tokens in all is the roofline's decode step.
+    decode_only = np.flatnonzero((s["prefill_tokens"] == 0) & (s["decode_tokens"] > 0))
+    assert decode_only.size
+    for i in decode_only[:20]:
+        b, stored = int(s["decode_tokens"][i]), int(s["tokens_stored"][i])
+        pairs = stored  # each decode token attends to its cached tokens and to itself
+        step = cost.cost(b, b, stored - b, pairs)
+        assert s["dt"][i] == roofline.bound(step, cost.gpu).time
+    assert int(tokens.sum()) >= sum(r.total_len - 1 for r in TRACE)
+
+
+def test_the_cost_must_be_a_step_model_with_a_gpu():
+    with pytest.raises(TypeError, match="StepModel built with a device"):
+        simulate(TRACE, kv_slots=SLOTS, max_len=256, cost=roofline.StepModel("llama-2-13b"))
 
 
 def test_prefix_caching_saves_prefill():

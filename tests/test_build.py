@@ -4,7 +4,8 @@ import textwrap
 
 import pytest
 
-from servebook import __version__, build
+from servebook import __version__
+from tools import build
 
 PAGE = textwrap.dedent('''\
     # A page {#sec-a-page}

@@ -6,7 +6,7 @@ import pytest
 from matplotlib.figure import Figure
 from matplotlib.testing.compare import compare_images
 
-from servebook import figures
+from servebook.book import figures
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "figures"
@@ -17,7 +17,7 @@ def test_every_committed_figure_has_a_function_and_every_function_a_file():
     stems = {p.stem for p in COMMITTED.glob("*.svg")} | {p.stem for p in COMMITTED.glob("*.png")}
     assert stems == set(REGISTRY), (
         f"stale files: {sorted(stems - set(REGISTRY))}; "
-        f"not written yet (run python -m servebook.build figures): {sorted(set(REGISTRY) - stems)}"
+        f"not written yet (run python -m tools.build figures): {sorted(set(REGISTRY) - stems)}"
     )
 
 
@@ -36,7 +36,7 @@ def test_figure_is_byte_for_byte_deterministic(stem, tmp_path):
 @pytest.mark.parametrize("stem", sorted(REGISTRY))
 def test_figure_matches_committed_file(stem, tmp_path):
     committed = COMMITTED / f"{stem}.png"
-    assert committed.exists(), f"run python -m servebook.build figures and commit {committed.name}"
+    assert committed.exists(), f"run python -m tools.build figures and commit {committed.name}"
     fresh = figures.save(REGISTRY[stem](), tmp_path / f"{stem}.png")
     # A pixel tolerance, as pytest-mpl compares: another matplotlib or FreeType release may move
     # anti-aliasing by a shade without changing what the figure shows.

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from servebook import memory, models, paging
 from servebook.paging import NaiveAllocator, OutOfBlocks, PagedAllocator
 from servebook.units import MiB
-from servebook.widgets.paging import paging_explorer, paging_explorer_text
+from servebook.book.widgets.paging import paging_explorer, paging_explorer_text
 
 SPEC = models.get("llama-2-13b")
 

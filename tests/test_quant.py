@@ -461,7 +461,7 @@ def test_bad_input_is_refused_clearly(call, error, match):
 
 
 def test_explorer_text_shows_the_seed_answers():
-    from servebook.widgets import quant as explorer
+    from servebook.book.widgets import quant as explorer
 
     rows = dict(explorer.quant_explorer_rows())
     assert rows["scale"].endswith("= 0.1") and rows["zero point"].startswith("z = 6")
@@ -479,7 +479,7 @@ def test_explorer_text_shows_the_seed_answers():
 
 
 def test_explorer_widget_builds_and_reports_bad_input():
-    from servebook.widgets import quant as explorer
+    from servebook.book.widgets import quant as explorer
 
     widget = explorer.quant_explorer()
     inputs, out = widget.children

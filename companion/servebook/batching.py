@@ -18,9 +18,11 @@ admitted request is *preempted by recomputation*: its blocks are freed, it
 goes back to the front of the queue, and when readmitted it prefills its
 prompt plus the tokens it had already generated.
 
-Time comes from :class:`IterationCost`, a roofline estimate of one iteration
-(weights and KV cache read from memory, or the matmuls, whichever is slower).
-The simulator counts tokens exactly; only the seconds are modelled.
+Time comes from the library's one step model, :class:`servebook.roofline.StepModel`:
+an iteration is one step whose prefill and decode work add up (weights read
+once, every stored token's KV read or written, the matmul and attention
+FLOPs), bounded by the roofline.  The simulator counts tokens exactly; only
+the seconds are modelled.
 """
 
 from __future__ import annotations
@@ -35,13 +37,12 @@ from pathlib import Path
 
 import numpy as np
 
-from . import memory, models
 from .checks import positive, whole
-from .models import ModelSpec
 from .paging import NaiveAllocator, OutOfBlocks, PagedAllocator
+from .roofline import StepModel, attention_pairs
 
 __all__ = [
-    "Request", "IterationCost", "Summary", "SimulationResult",
+    "Request", "Summary", "SimulationResult",
     "sample_trace", "lognormal_lengths", "load_trace", "save_trace", "simulate",
 ]
 
@@ -192,46 +193,6 @@ def load_trace(path: str | Path) -> list[Request]:
 
 
 # ---------------------------------------------------------------------------
-# Time per iteration
-
-@dataclass(frozen=True)
-class IterationCost:
-    """Roofline time of one iteration: max(bytes / bandwidth, FLOPs / peak).
-
-    Every iteration reads all the weights once and the KV cache of every
-    running request; every token processed (prompt or decode) costs about
-    2 x parameters FLOPs.  Decode is memory-bound, so an iteration costs about
-    the same for 1 or 50 requests, which is why batching pays.
-    """
-
-    weight_bytes: int
-    kv_bytes_per_token: int
-    flops_per_token: float
-    bandwidth: float      # bytes per second
-    peak_flops: float     # FLOP per second
-
-    @classmethod
-    def for_model(cls, model: ModelSpec | str, *, bandwidth: float, peak_flops: float,
-                  dtype: str = "fp16") -> IterationCost:
-        """Costs for ``model`` with weights and KV cache in ``dtype`` on a GPU of the given speeds."""
-        spec = models.get(model) if isinstance(model, str) else model
-        if not isinstance(spec, ModelSpec):
-            raise TypeError(f"model must be a ModelSpec or a registry name, got {type(model).__name__}")
-        if spec.n_params is None:
-            raise ValueError(f"model {spec.name!r} has no parameter count")
-        return cls(weight_bytes=memory.weight_bytes(spec.n_params, dtype),
-                   kv_bytes_per_token=memory.kv_bytes_per_token(spec, dtype),
-                   flops_per_token=2.0 * spec.n_params,
-                   bandwidth=positive("bandwidth", bandwidth), peak_flops=positive("peak_flops", peak_flops))
-
-    def seconds(self, tokens_processed: int, context_tokens: int) -> float:
-        """One iteration that processes ``tokens_processed`` tokens over ``context_tokens`` cached ones."""
-        memory_s = (self.weight_bytes + context_tokens * self.kv_bytes_per_token) / self.bandwidth
-        compute_s = tokens_processed * self.flops_per_token / self.peak_flops
-        return max(memory_s, compute_s)
-
-
-# ---------------------------------------------------------------------------
 # Results
 
 @dataclass(frozen=True)
@@ -350,14 +311,15 @@ _STEP_FIELDS = ("time_s", "dt", "running", "waiting", "admitted", "preempted", "
 def simulate(requests: Sequence[Request], *, kv_slots: int, policy: str = "continuous",
              allocator: str = "paged", block_size: int = 16, max_len: int = 2048, max_num_seqs: int = 256,
              watermark: float = 0.01, prefix_caching: bool = False,
-             cost: IterationCost | None = None) -> SimulationResult:
+             cost: StepModel | None = None) -> SimulationResult:
     """Run ``requests`` through a scheduler and a KV allocator of ``kv_slots`` token slots.
 
     ``policy``: ``"static"`` or ``"continuous"``.  ``allocator``: ``"paged"``
     (``kv_slots // block_size`` blocks) or ``"naive"`` (``kv_slots // max_len``
     regions of ``max_len``).  ``max_num_seqs`` caps the running requests;
     ``watermark`` is the share of blocks a paged admission must leave free, so
-    that running requests have room to grow.  ``cost`` turns iterations into
+    that running requests have room to grow.  ``cost``, a
+    :class:`~servebook.roofline.StepModel` with a GPU, turns iterations into
     seconds (default: one second per iteration, i.e. time in iterations).
     """
     if policy not in POLICIES:
@@ -401,7 +363,9 @@ def simulate(requests: Sequence[Request], *, kv_slots: int, policy: str = "conti
             return kv.can_allocate(tokens, keep_free=reserve_blocks)
         return kv.can_allocate(tokens)
 
-    cost_fn = cost.seconds if cost is not None else (lambda processed, context: 1.0)
+    if cost is not None and (not isinstance(cost, StepModel) or cost.gpu is None):
+        raise TypeError(f"cost must be a roofline.StepModel built with a device, got {cost!r}")
+    cost_fn = cost.seconds if cost is not None else (lambda tokens, cached, pairs: 1.0)
     static = policy == "static"
     pending = deque(sorted(requests, key=lambda r: (r.arrival_s, r.request_id)))
     lives = {r.request_id: _Live(r) for r in requests}
@@ -467,13 +431,15 @@ def simulate(requests: Sequence[Request], *, kv_slots: int, policy: str = "conti
                         break
 
         # 3. The iteration's time, then its outputs.
-        prefill_tokens = decode_tokens = context = 0
+        prefill_tokens = decode_tokens = context = pairs = 0
         active = 0
         for live in running:
             if live.done:
                 continue
             active += 1
             context += live.stored
+            new = live.prefilled if live.fresh else 1
+            pairs += attention_pairs(new, live.stored - new)
             if live.fresh:
                 prefill_tokens += live.prefilled
             else:
@@ -485,7 +451,8 @@ def simulate(requests: Sequence[Request], *, kv_slots: int, policy: str = "conti
                 running.clear()
                 continue
             raise RuntimeError("the scheduler made no progress")  # unreachable with a validated trace
-        dt = cost_fn(prefill_tokens + decode_tokens, context)
+        processed = prefill_tokens + decode_tokens
+        dt = cost_fn(processed, context - processed, pairs)
         clock += dt
         finished = 0
         for live in running:

@@ -14,24 +14,22 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
-from .. import batching, memory, models
-from ..units import GiB
+from ... import batching, gpus, memory, models, roofline
+from ...units import GiB
 from . import _style
 
-GPU_BYTES = 40 * GiB
+GPU = "a100-40gb-sxm"
 OVERHEAD_BYTES = 4 * GiB
-BANDWIDTH = 1.555e12   # bytes/s, A100 40 GB
-PEAK_FLOPS = 312e12    # FP16 tensor-core FLOP/s, A100
 
 
 @lru_cache(maxsize=4)
 def default_runs(n_requests: int = 1000, seed: int = 0, model: str = "llama-2-13b", max_len: int = 2048):
     """The chapter's four runs: static and continuous batching, naive and paged allocation."""
     spec = models.get(model)
-    plan = memory.capacity_plan(gpu=GPU_BYTES, weights=memory.weight_bytes(spec.n_params),
+    plan = memory.capacity_plan(gpu=gpus.get(GPU).memory, weights=memory.weight_bytes(spec.n_params),
                                 per_request=memory.kv_cache_bytes(spec, max_len), overhead=OVERHEAD_BYTES)
     kv_slots = plan.kv_pool // memory.kv_bytes_per_token(spec)
-    cost = batching.IterationCost.for_model(spec, bandwidth=BANDWIDTH, peak_flops=PEAK_FLOPS)
+    cost = roofline.StepModel(spec, device=GPU)
     trace = batching.sample_trace(n_requests, seed=seed, max_len=max_len)
     return {(policy, allocator): batching.simulate(trace, kv_slots=kv_slots, policy=policy, allocator=allocator,
                                                    max_len=max_len, cost=cost)

@@ -7,8 +7,8 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from .. import memory, models
-from ..units import GB, UNITS, GiB, KiB
+from ... import memory, models
+from ...units import GB, UNITS, GiB, KiB
 from . import _style
 
 # One colour per attention variant; MHA keeps the book's KV teal.

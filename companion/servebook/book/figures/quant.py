@@ -12,8 +12,8 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
-from .. import quant
-from ..quant import Rounding
+from ... import quant
+from ...quant import Rounding
 from . import _style
 
 GRID = "#b8860b"     # dark gold: representable values (the seeds' yellow ticks)

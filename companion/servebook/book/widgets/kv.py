@@ -13,9 +13,9 @@ import math
 from fractions import Fraction
 from numbers import Real
 
-from .. import memory, models
-from ..models import ModelSpec
-from ..units import DTYPE_BYTES, UNITS, bytes_per_element, canonical_dtype
+from ... import memory, models
+from ...models import ModelSpec
+from ...units import DTYPE_BYTES, UNITS, bytes_per_element, canonical_dtype
 
 CUSTOM = "custom"
 BUDGET_UNITS = ("GiB", "GB")

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
-from .. import quant
+from ... import quant
 from . import _style
 
 GRANULARITIES = ("tensor", "channel", 256, 128, 64, 32)
@@ -83,7 +83,7 @@ def groupwise_outliers(bits: int = 4, granularities: tuple = GRANULARITIES, fact
 
 def gptq_awq_perplexity(table: list[dict] | None = None, low_bits: list[dict] | None = None) -> Figure:
     """Held-out perplexity of the tiny Llama: the chapter's INT8/INT4 table, and 3- and 2-bit (simulated)."""
-    from ..smallmodel import LOW_BIT_ROWS, perplexity_table
+    from ...smallmodel import LOW_BIT_ROWS, perplexity_table
 
     if table is None:
         table = perplexity_table()
@@ -116,7 +116,7 @@ def gptq_awq_perplexity(table: list[dict] | None = None, low_bits: list[dict] | 
 def gptq_awq_layer_errors(rows: list[dict] | None = None, group_size: int = 128) -> Figure:
     """Relative output error of each linear layer of the tiny Llama: RTN, GPTQ and AWQ at INT4, same groups."""
     if rows is None:
-        from ..smallmodel import layer_errors
+        from ...smallmodel import layer_errors
 
         rows = layer_errors(group_size=group_size)
     names = [row["layer"].replace("model.layers.", "L").replace("self_attn.", "").replace("mlp.", "")

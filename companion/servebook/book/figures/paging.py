@@ -7,8 +7,8 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import ConnectionPatch, Rectangle
 
-from .. import batching, paging
-from ..paging import PagedAllocator
+from ... import batching, paging
+from ...paging import PagedAllocator
 from . import _style
 
 TAIL = "#f0ad4e"  # amber: the empty tail of the last block

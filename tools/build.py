@@ -2,9 +2,9 @@
 
 Usage (from the repository root)::
 
-    python -m servebook.build              # everything: figures, execute, notebooks, render
-    python -m servebook.build figures      # only rewrite figures/
-    python -m servebook.build page chapters/02-kv-cache.qmd   # execute one page, report
+    python -m tools.build              # everything: figures, execute, notebooks, render
+    python -m tools.build figures      # only rewrite figures/
+    python -m tools.build page chapters/02-kv-cache.qmd   # execute one page, report
 
 Pages are the ``.qmd`` files listed in ``_quarto.yml``.  Each is read with
 jupytext (``fmt="Rmd"``: Quarto's chunk syntax is R Markdown's) and executed
@@ -25,7 +25,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import __version__, preview
+from servebook import __version__
+
+from . import preview
 from .preview import cell_options
 
 ROOT_MARKER = "_quarto.yml"
@@ -163,7 +165,7 @@ def execute_page(path: Path, timeout: int = 600) -> PageResult:
 
 
 def write_figures(root: Path) -> list[Path]:
-    from . import figures
+    from servebook.book import figures
 
     return figures.save_all(root / "figures")
 
@@ -237,7 +239,7 @@ def build(root: Path, render: bool = True) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m servebook.build", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.build", description=__doc__.split("\n\n")[0])
     parser.add_argument("what", nargs="?", default="all", choices=["all", "figures", "page", "notebooks"])
     parser.add_argument("paths", nargs="*", type=Path, help="pages to execute (with 'page')")
     parser.add_argument("--no-render", action="store_true", help="skip quarto render / the HTML preview")

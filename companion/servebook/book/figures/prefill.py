@@ -6,7 +6,7 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
-from .. import roofline
+from ... import roofline
 from . import _style
 
 PREFILL = _style.SEQUENCE[3]  # purple: prefill points

@@ -13,8 +13,8 @@ from __future__ import annotations
 import html
 from fractions import Fraction
 
-from .. import quant
-from ..quant import Mapping, Rounding
+from ... import quant
+from ...quant import Mapping, Rounding
 
 
 def fmt_exact(value: Fraction | int, digits: int = 10) -> str:

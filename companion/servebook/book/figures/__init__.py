@@ -7,7 +7,7 @@ lists its figures in ``FIGURES``, a dict from the stable file stem written under
 so ``figures.kv_growth()`` in a chapter draws exactly the file that
 ``save_all()`` writes.
 
-Modules are imported on first use, so ``import servebook.figures`` stays cheap
+Modules are imported on first use, so ``import servebook.book.figures`` stays cheap
 and a chapter pays only for the figures it shows.
 """
 
@@ -62,4 +62,4 @@ def __getattr__(name: str) -> Callable[..., Figure]:
     for module in _topic_modules():
         if any(function.__name__ == name for function in module.FIGURES.values()):
             return getattr(module, name)
-    raise AttributeError(f"servebook.figures has no figure function {name!r}")
+    raise AttributeError(f"servebook.book.figures has no figure function {name!r}")

@@ -13,8 +13,8 @@ import matplotlib
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
-from .. import lab
-from ..units import MiB
+from ... import lab
+from ...units import MiB
 from . import _style
 
 _BYTE_STYLES = {  # quantity -> (label, colour, marker, filled)

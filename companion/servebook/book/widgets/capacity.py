@@ -13,9 +13,9 @@ import math
 from fractions import Fraction
 from numbers import Real
 
-from .. import memory, models, roofline
-from ..models import ModelSpec
-from ..units import DTYPE_BYTES, UNITS, canonical_dtype
+from ... import memory, models, roofline
+from ...models import ModelSpec
+from ...units import DTYPE_BYTES, UNITS, canonical_dtype
 
 SIZE_UNITS = ("GiB", "GB")
 WEIGHT_DTYPES = ("fp16", "int8", "int4")

@@ -11,9 +11,9 @@ from __future__ import annotations
 import html
 from fractions import Fraction
 
-from .. import memory, models, paging
-from ..models import ModelSpec
-from ..units import MiB
+from ... import memory, models, paging
+from ...models import ModelSpec
+from ...units import MiB
 
 
 def paging_explorer_text(n_tokens: int, block_size: int = 16, max_len: int = 2048,

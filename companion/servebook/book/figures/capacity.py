@@ -6,8 +6,8 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
-from .. import advisor, memory, models, roofline
-from ..units import GB, GiB
+from ... import advisor, memory, models, roofline
+from ...units import GB, GiB
 from . import _style
 
 PRECISIONS = ("fp16", "int8", "int4")
