@@ -23,6 +23,8 @@ and far cheaper than pushing every token through every candidate.
 
 from __future__ import annotations
 
+import math
+
 import numbers
 from dataclasses import dataclass
 
@@ -66,6 +68,12 @@ def output_error(weight: torch.Tensor, weight_hat: torch.Tensor, gram: torch.Ten
     """Mean squared output error per token, ``tr((W - W_hat) G (W - W_hat)^T)`` with ``G = X^T X / n``."""
     E = (weight.float() - weight_hat.float())
     return float(((E @ gram.float()) * E).sum())
+
+
+def relative_output_error(weight: torch.Tensor, weight_hat: torch.Tensor, gram: torch.Tensor) -> float:
+    """``||X (W - W_hat)^T|| / ||X W^T||`` from ``G = X^T X / n``: the error a layer's outputs carry,
+    as a share of the outputs themselves (the measure chapter 06 compares methods by)."""
+    return math.sqrt(output_error(weight, weight_hat, gram) / output_error(weight, torch.zeros_like(weight), gram))
 
 
 def _fake_rtn(weight: torch.Tensor, bits: int, group_size: int | None, mapping: Mapping, rounding) -> torch.Tensor:

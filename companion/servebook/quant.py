@@ -897,6 +897,17 @@ def quantization_error(x, qparams: QParams, rounding: Rounding | str = Rounding.
     return abs(x - fake_quantize(x, qparams, rounding))
 
 
+def relative_error(x, qparams: QParams, rounding: Rounding | str = Rounding.HALF_UP) -> float:
+    """``||x - fake_quantize(x)|| / ||x||`` (Frobenius norm): the share of the tensor rounding loses."""
+    x = _as_float_array(x, "x")
+    error = x - fake_quantize(x, qparams, rounding)
+    if _is_tensor(x):
+        torch = _torch()
+        norm = torch.linalg.matrix_norm if x.ndim == 2 else torch.linalg.vector_norm
+        return float(norm(error) / norm(x))
+    return float(np.linalg.norm(np.asarray(error, dtype=np.float64)) / np.linalg.norm(np.asarray(x, dtype=np.float64)))
+
+
 def error_bound(scale):
     """The worst rounding error of a value inside the grid's range: half a step, ``s / 2``.
 

@@ -48,8 +48,7 @@ def relative_error(weight: torch.Tensor, bits: int, granularity) -> float:
         qparams = quant.choose_qparams(weight, bits, axis=0)
     else:
         qparams = quant.choose_qparams(weight, bits, group_size=granularity)
-    return float(torch.linalg.matrix_norm(weight - quant.fake_quantize(weight, qparams))
-                 / torch.linalg.matrix_norm(weight))
+    return quant.relative_error(weight, qparams)
 
 
 def _granularity_label(granularity) -> str:
