@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from tools import build
+from tools import build, quarto
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = build.book_pages(ROOT)
@@ -75,15 +75,43 @@ def test_every_citation_is_in_the_bibliography():
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_figure_cells_have_label_caption_and_alt_text(page):
+    figures = {cell for item in quarto.captioned(QMD[page]) if item.label.startswith("fig-") for cell in item.cells}
+    for item in quarto.captioned(QMD[page]):
+        assert item.caption, f"{page.name}: {item.label} has no caption"
+        if item.label.startswith("fig-"):
+            assert all(build.cell_options(cell).get("fig-alt") for cell in item.cells), f"{item.label} has no fig-alt"
     for cell in code_cells(QMD[page]):
-        options = build.cell_options(cell)
         body = "\n".join(line for line in cell.splitlines() if not line.startswith("#|"))
-        draws = re.search(r"\bfigures\.[a-z]\w*\(", body) is not None
-        if options.get("label", "").startswith("fig-") or draws:
-            where = f"{page.name}: cell {cell.splitlines()[0]!r}"
-            assert options.get("label", "").startswith("fig-"), f"{where} draws a figure without a fig- label"
-            assert options.get("fig-cap"), f"{where} has no fig-cap"
-            assert options.get("fig-alt"), f"{where} has no fig-alt"
+        if re.search(r"\bfigures\.[a-z]\w*\(", body):
+            assert cell in figures, f"{page.name}: cell {cell.splitlines()[0]!r} draws a figure outside a labelled figure"
+
+
+# A number standing alone in a caption ("7 regions", "95 %", "1,000 requests") must be computed: written as
+# an inline expression in a ::: {#fig-...} div.  Digits inside names (INT4, g128, Llama-2-13B, A100) are fine.
+TYPED_NUMBER = re.compile(r"(?<![\w.-])[-+]?\d[\d,.]*(?![\w-])")
+
+
+def _typed_numbers(caption: str) -> list[str]:
+    text = quarto.INLINE.sub("", caption)
+    text = re.sub(r"\b(?:Table|Figure|Section|Eq\.)\s+\d+", "", text)  # a paper's own numbering is a name
+    text = re.sub(r"\[[^\]]*@[^\]]*\]|@(?:fig|tbl|eq|sec)-[\w-]+|\$[^$]*\$", "", text)
+    return TYPED_NUMBER.findall(text)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_caption_numbers_are_computed(page):
+    typed = {item.label: _typed_numbers(item.caption) for item in quarto.captioned(QMD[page])}
+    typed = {label: numbers for label, numbers in typed.items() if numbers}
+    assert not typed, f"{page.name}: captions with typed numbers (compute them with inline expressions): {typed}"
+
+
+def test_the_caption_reader_finds_divs_and_cells():
+    text = ("::: {#fig-a}\n```{python}\n#| fig-alt: \"A.\"\nfigures.a()\n```\n\nWe find `{python} n` of them.\n:::\n\n"
+            "```{python}\n#| label: fig-b\n#| fig-cap: \"Seven.\"\nfigures.b()\n```\n")
+    found = {item.label: item for item in quarto.captioned(text)}
+    assert found["fig-a"].div and found["fig-a"].caption == "We find `{python} n` of them."
+    assert not found["fig-b"].div and found["fig-b"].caption == "Seven."
+    assert _typed_numbers("Seven ways, 7 of them, INT4 g128 on Llama-2-13B, `{python} n` computed") == ["7"]
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))

@@ -136,16 +136,6 @@ def test_perplexity_and_calibration_are_well_defined(tiny):
         smallmodel.perplexity(model, held.float())
 
 
-def test_cache_is_keyed_and_replaced(tmp_path, monkeypatch):
-    monkeypatch.setattr(smallmodel, "CACHE_DIR", tmp_path)
-    calls = []
-    assert smallmodel.cached("demo", "a", lambda: calls.append(1) or {"x": 1}) == {"x": 1}
-    assert smallmodel.cached("demo", "a", lambda: calls.append(1) or {"x": 2}) == {"x": 1}
-    assert smallmodel.cached("demo", "b", lambda: calls.append(1) or {"x": 3}) == {"x": 3}
-    assert len(calls) == 2 and [p.name for p in tmp_path.iterdir()] == ["demo-b.json"]
-    assert smallmodel.fingerprint({"k": 1}) != smallmodel.fingerprint({"k": 2})
-
-
 def test_bad_input(tiny):
     model, calibration, _ = tiny
     with pytest.raises(ValueError, match="no nn.Linear"):

@@ -28,10 +28,9 @@ from pathlib import Path
 from servebook import __version__
 
 from . import preview
-from .preview import cell_options
+from .quarto import INLINE, cell_options
 
 ROOT_MARKER = "_quarto.yml"
-INLINE = re.compile(r"`\{python\}\s+([^`]+)`")
 INLINE_TAG = "servebook-inline"
 COLAB_BASE = "https://colab.research.google.com/github/servebook/servebook/blob/gh-pages/notebooks"
 INSTALL_SPEC = f"servebook[torch] @ git+https://github.com/servebook/servebook@v{__version__}"

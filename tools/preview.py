@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from .quarto import DIV_CLOSE, DIV_OPEN, cell_options
+
 HEADING_LABEL = re.compile(r"^(#+ .*?)\s*\{#((?:sec)-[\w-]+)[^}]*\}\s*$", re.M)
 HEADING_ATTRS = re.compile(r"^(#+ .*?)\s*\{[^}]*\}\s*$", re.M)
 EQUATION_LABEL = re.compile(r"\$\$\s*\{#(eq-[\w-]+)\}")
@@ -21,7 +23,6 @@ TABLE_CAPTION = re.compile(r"^: (.*?)\s*\{#(tbl-[\w-]+)\}\s*$", re.M)
 FENCE = re.compile(r"^:::+.*$", re.M)
 REFERENCE = re.compile(r"(?<![\w@`/])-?@((?:sec|fig|tbl|eq)-[\w-]*\w)")
 CITATION = re.compile(r"\[([^\[\]]*?@[A-Za-z][^\[\]]*)\]")
-OPTION = re.compile(r"^#\|\s*([\w-]+)\s*:\s*(.*)$")
 
 
 @dataclass
@@ -29,16 +30,6 @@ class Target:
     page: str
     text: str
 
-
-def cell_options(source: str) -> dict[str, str]:
-    """The ``#| key: value`` options at the top of a code cell."""
-    found = {}
-    for line in source.splitlines():
-        match = OPTION.match(line)
-        if not match:
-            break
-        found[match.group(1)] = match.group(2).strip().strip('"').strip("'")
-    return found
 
 def collect_targets(pages: list[tuple[str, object]]) -> dict[str, Target]:
     """Label -> where it lives and how a reference to it reads ("Figure 2.3", a section title)."""
@@ -61,6 +52,8 @@ def collect_targets(pages: list[tuple[str, object]]) -> dict[str, Target]:
                     add(label, "eq")
                 for _, label in TABLE_CAPTION.findall(cell.source):
                     add(label, "tbl")
+                for label in DIV_OPEN.findall(cell.source):
+                    add(label, label[:3])
             else:
                 label = cell_options(cell.source).get("label", "")
                 if label.startswith(("fig-", "tbl-")):
@@ -81,6 +74,23 @@ def _relative(here: str, there: str) -> str:
     return "../" * depth + there
 
 
+def _caption_div(source: str, pending: str | None, targets: dict[str, Target]) -> tuple[str, str | None]:
+    """Mark a div figure's caption (the paragraph before its closing fence) and return the open label.
+
+    jupytext splits a ``::: {#fig-x}`` div around its code cell: the opening fence ends one Markdown
+    cell and the caption with the closing fence starts a later one.
+    """
+    if pending:
+        close = DIV_CLOSE.search(source)
+        if close:
+            before, after = source[:close.start()].rstrip(), source[close.start():]
+            head, _, caption = before.rpartition("\n\n")
+            marked = f'<a id="{pending}"></a>*{targets[pending].text}: {caption.strip()}*'
+            source, pending = (head + "\n\n" if head else "") + marked + "\n" + after, None
+    opened = DIV_OPEN.findall(source)
+    return source, (opened[-1] if opened else pending)
+
+
 def render_markdown(source: str, targets: dict[str, Target], here: str) -> str:
     """Quarto markup -> plain Markdown with anchors, numbered links and visible citations."""
     source = HEADING_LABEL.sub(lambda m: f'{m.group(1)} <a id="{m.group(2)}"></a>', source)
@@ -98,9 +108,11 @@ def prepare(notebook, targets: dict[str, Target], here: str):
     import nbformat
 
     cells = []
+    pending = None
     for cell in notebook.cells:
         if cell.cell_type == "markdown":
-            cell.source = render_markdown(cell.source, targets, here)
+            source, pending = _caption_div(cell.source, pending, targets)
+            cell.source = render_markdown(source, targets, here)
             cells.append(cell)
             continue
         cells.append(cell)

@@ -1,7 +1,7 @@
 """Figures of the GPTQ and AWQ chapter: outliers against grid granularity, and the small model measured.
 
 The synthetic matrices are seeded; the small-model figures read the cached results of
-:func:`servebook.smallmodel.perplexity_table` and :func:`servebook.smallmodel.layer_errors`
+:func:`servebook.book.experiments.perplexity_table` and :func:`servebook.book.experiments.layer_errors`
 (computed on first use, then read from ``servebook/data/cache``).
 """
 
@@ -14,6 +14,7 @@ import torch
 from matplotlib.figure import Figure
 
 from ... import quant
+from .. import fmt
 from . import _style
 
 GRANULARITIES = ("tensor", "channel", 256, 128, 64, 32)
@@ -82,12 +83,12 @@ def groupwise_outliers(bits: int = 4, granularities: tuple = GRANULARITIES, fact
 
 def gptq_awq_perplexity(table: list[dict] | None = None, low_bits: list[dict] | None = None) -> Figure:
     """Held-out perplexity of the tiny Llama: the chapter's INT8/INT4 table, and 3- and 2-bit (simulated)."""
-    from ...smallmodel import LOW_BIT_ROWS, perplexity_table
+    from ..experiments import LOW_BIT_ROWS, perplexity_table, shown_perplexity
 
     if table is None:
         table = perplexity_table()
     if low_bits is None:
-        low_bits = perplexity_table(LOW_BIT_ROWS, name="low-bits")
+        low_bits = perplexity_table(LOW_BIT_ROWS, name="perplexity-low-bits")
     fp32 = next(row["perplexity"] for row in table if row["method"] == "fp32")
     panels = (("INT8 and INT4 (packed)", table), ("3 and 2 bits, g128 (simulated)", low_bits))
     heights = [len(rows) for _, rows in panels]
@@ -100,9 +101,9 @@ def gptq_awq_perplexity(table: list[dict] | None = None, low_bits: list[dict] | 
             ax.barh(y, values, color=[METHOD_COLOURS[row["method"]] for row in rows], height=0.65)
             ax.axvline(fp32, color=_style.MUTED, linestyle="--", linewidth=1)
             for yy, row in zip(y, rows, strict=True):
-                change = round(100 * (row["perplexity"] / fp32 - 1), 1) + 0.0   # no "-0.0%"
-                note = "" if row["method"] == "fp32" else f"  {change:+.1f}%"
-                ax.text(row["perplexity"], yy, f" {row['perplexity']:.2f}{note}", va="center", fontsize=8)
+                note = "" if row["method"] == "fp32" else f"  {fmt.change(row['perplexity'], fp32)}"
+                ax.text(row["perplexity"], yy, f" {shown_perplexity(row['perplexity'])}{note}", va="center",
+                        fontsize=8)
             ax.set_yticks(y, [row["label"] for row in rows], fontsize=8)
             ax.set_title(title, fontsize=9, loc="left")
             ax.grid(axis="y", visible=False)
@@ -115,7 +116,7 @@ def gptq_awq_perplexity(table: list[dict] | None = None, low_bits: list[dict] | 
 def gptq_awq_layer_errors(rows: list[dict] | None = None, group_size: int = 128) -> Figure:
     """Relative output error of each linear layer of the tiny Llama: RTN, GPTQ and AWQ at INT4, same groups."""
     if rows is None:
-        from ...smallmodel import layer_errors
+        from ..experiments import layer_errors
 
         rows = layer_errors(group_size=group_size)
     names = [row["layer"].replace("model.layers.", "L").replace("self_attn.", "").replace("mlp.", "")

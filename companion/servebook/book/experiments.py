@@ -1,0 +1,249 @@
+"""Chapter 06's experiments on the book's small model: computed once, shipped with the package.
+
+Quantizing the tiny Llama seventeen ways takes minutes, so the results the
+chapter shows are kept as JSON files in ``servebook/data/experiments/`` and
+ship in the wheel: a notebook in Colab reads the same numbers the book was
+built with, without any repository file.
+
+A result's key is explicit and stable: the experiment's name and
+:data:`VERSIONS` entry, its settings, a hash of the shipped weights and texts,
+and servebook's version.  Editing a comment in ``quant.py`` changes nothing;
+changing what an experiment computes means bumping its version and running
+
+    python -m servebook.book.experiments refresh
+
+in a checkout, which recomputes every experiment and rewrites the files.  A
+build never writes them: a missing result is computed in memory (and a
+warning says which), so a clean checkout builds with the committed files and
+leaves them as they are.
+
+Perplexities are stored to 4 decimals but shown to 1 (:func:`shown_perplexity`):
+a fresh run on another machine differs in the second decimal (103.94
+against 103.90 for GPTQ g128), never in the first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+from .. import __version__, smallmodel
+
+VERSIONS = {"perplexity-table": 1, "perplexity-low-bits": 1, "layer-errors": 1}
+"""Bump an experiment's version when what it computes changes, then refresh."""
+
+DIRECTORY = Path(smallmodel.__file__).parent / "data" / "experiments"
+
+PERPLEXITY_DIGITS = 1
+"""Decimals a cached perplexity is shown with: what another machine reproduces."""
+
+# (label, method, bits, group_size) of the chapter's table; "fp32" is the unquantized model.
+TABLE_ROWS = (
+    ("FP32", "fp32", 32, None),
+    ("INT8 RTN per channel", "rtn", 8, "channel"),
+    ("INT4 RTN per tensor", "rtn", 4, "tensor"),
+    ("INT4 RTN per channel", "rtn", 4, "channel"),
+    ("INT4 RTN g128", "rtn", 4, 128),
+    ("INT4 GPTQ g128", "gptq", 4, 128),
+    ("INT4 AWQ g128", "awq", 4, 128),
+    ("INT4 RTN g32", "rtn", 4, 32),
+    ("INT4 GPTQ g32", "gptq", 4, 32),
+    ("INT4 AWQ g32", "awq", 4, 32),
+)
+
+# Fewer bits than the kernels pack, simulated (pack=False): where the methods pull apart on a small model.
+LOW_BIT_ROWS = (
+    ("FP32", "fp32", 32, None),
+    ("INT3 RTN g128", "rtn", 3, 128),
+    ("INT3 GPTQ g128", "gptq", 3, 128),
+    ("INT3 AWQ g128", "awq", 3, 128),
+    ("INT2 RTN g128", "rtn", 2, 128),
+    ("INT2 GPTQ g128", "gptq", 2, 128),
+    ("INT2 AWQ g128", "awq", 2, 128),
+)
+
+CALIBRATION = {"n_calibration": 64, "seq_len": 128, "seed": 0}
+"""The calibration every experiment uses: 64 windows of 128 tokens, seed 0."""
+
+
+def shown_perplexity(value: float) -> str:
+    """A cached perplexity as the book prints it (see :data:`PERPLEXITY_DIGITS`)."""
+    return f"{value:.{PERPLEXITY_DIGITS}f}"
+
+
+def weights_hash() -> str:
+    """sha256 of the shipped model, its config and the two texts every experiment reads."""
+    digest = hashlib.sha256()
+    for file in ("config.json", "model.safetensors", "heldout.txt", "calibration.txt"):
+        digest.update((smallmodel.TINY_LLAMA / file).read_bytes())
+    return digest.hexdigest()
+
+
+def key(name: str, settings: dict) -> str:
+    """The stable key of one result: experiment, version, settings, weights, library version."""
+    if name not in VERSIONS:
+        raise ValueError(f"unknown experiment {name!r}; experiments: {', '.join(VERSIONS)}")
+    identity = {"experiment": name, "version": VERSIONS[name], "settings": settings,
+                "weights": weights_hash(), "servebook": __version__}
+    return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def path(name: str, settings: dict) -> Path:
+    return DIRECTORY / f"{name}-{key(name, settings)}.json"
+
+
+_refreshing = False   # set only by refresh(): the one writer of the shipped files
+
+
+def result(name: str, settings: dict, compute):
+    """The shipped result of experiment ``name`` with ``settings``, or ``compute()``'s if none ships.
+
+    Only :func:`refresh` writes files; anywhere else a missing result is
+    computed, returned and not kept.
+    """
+    target = path(name, settings)
+    if target.exists() and not _refreshing:
+        return json.loads(target.read_text())
+    if not _refreshing:
+        warnings.warn(f"{target.name} is not in the shipped results: computing it now (minutes); "
+                      "run `python -m servebook.book.experiments refresh` in a checkout to keep it",
+                      stacklevel=3)
+        return compute()
+    value = compute()
+    DIRECTORY.mkdir(parents=True, exist_ok=True)
+    for old in DIRECTORY.glob(f"{name}-*.json"):
+        old.unlink()
+    target.write_text(json.dumps(value, indent=1, sort_keys=True) + "\n")
+    return value
+
+
+def perplexity_table(rows=TABLE_ROWS, *, name: str = "perplexity-table") -> list[dict]:
+    """Held-out perplexity of the tiny Llama under each quantization in ``rows``, with bytes and time.
+
+    One dict per row: ``label, method, bits, group_size, perplexity, n_params, bytes, bits_per_weight,
+    seconds`` (seconds to quantize, on the machine that refreshed the results), ``packed`` (False:
+    simulated, for widths the kernels do not pack).
+    """
+    rows = [tuple(row) for row in rows]
+    return result(name, _table_settings(rows), lambda: _perplexities(rows))
+
+
+def _table_settings(rows) -> dict:
+    return {"rows": [list(row) for row in rows], **CALIBRATION}
+
+
+def _perplexities(rows) -> list[dict]:
+    from ..qmodel import PACKABLE_BITS, linear_layers, quantize_model
+
+    seq_len = CALIBRATION["seq_len"]
+    torch.manual_seed(CALIBRATION["seed"])
+    model, tokenizer = smallmodel.load("tiny-llama")
+    held = smallmodel.encode(tokenizer, smallmodel.heldout_text())
+    calibration = smallmodel.calibration_batch(smallmodel.encode(tokenizer, smallmodel.calibration_text()),
+                                               CALIBRATION["n_calibration"], seq_len, CALIBRATION["seed"])
+    n_params = sum(layer.weight.numel() for layer in linear_layers(model).values())
+    table = []
+    for label, method, bits, group_size in rows:
+        tick = time.perf_counter()
+        packed = bits in PACKABLE_BITS
+        if method == "fp32":
+            quantized, n_bytes, seconds, packed = model, 4 * n_params, 0.0, False
+        else:
+            report = quantize_model(model, method, bits=bits, group_size=group_size, pack=packed,
+                                    calibration=None if method == "rtn" else calibration)
+            quantized, n_bytes, seconds = report.model, report.bytes_after, report.seconds
+        table.append({"label": label, "method": method, "bits": bits, "group_size": group_size,
+                      "perplexity": round(smallmodel.perplexity(quantized, held, seq_len), 4), "n_params": n_params,
+                      "bytes": n_bytes, "bits_per_weight": round(8 * n_bytes / n_params, 4),
+                      "seconds": round(seconds, 2), "seconds_total": round(time.perf_counter() - tick, 2),
+                      "packed": packed})
+    return table
+
+
+def layer_errors(bits: int = 4, group_size: int = 128) -> list[dict]:
+    """Relative output error ``||X (W - W_hat)^T|| / ||X W^T||`` of each linear layer of the tiny Llama,
+    for RTN, GPTQ and AWQ at the same bits and group size.
+
+    GPTQ and AWQ are fitted on the float model's calibration activations; the error is measured on
+    activations of the held-out text (``X``), which neither method saw.
+    """
+    return result("layer-errors", _error_settings(bits, group_size), lambda: _layer_errors(bits, group_size))
+
+
+def _error_settings(bits: int, group_size: int) -> dict:
+    return {"bits": bits, "group_size": group_size, **CALIBRATION}
+
+
+def _layer_errors(bits: int, group_size: int) -> list[dict]:
+    from ..awq import awq_quantize, relative_output_error
+    from ..gptq import gptq_quantize
+    from ..qmodel import linear_layers, rtn_quantize
+    from ..quant import dequantize
+
+    seq_len = CALIBRATION["seq_len"]
+    model, tokenizer = smallmodel.load("tiny-llama")
+    calibration = smallmodel.calibration_batch(smallmodel.encode(tokenizer, smallmodel.calibration_text()),
+                                               CALIBRATION["n_calibration"], seq_len, CALIBRATION["seed"])
+    stats = smallmodel.layer_statistics(model, calibration)
+    held = smallmodel.encode(tokenizer, smallmodel.heldout_text())
+    held_stats = smallmodel.layer_statistics(model, held[: len(held) // seq_len * seq_len].view(-1, seq_len))
+    rows = []
+    for name, layer in linear_layers(model).items():
+        W = layer.weight.detach().float()
+        gram = held_stats[name].H / 2
+        codes, qparams = rtn_quantize(W, bits, group_size)
+        candidates = {
+            "rtn": dequantize(codes, qparams, dtype=torch.float32),
+            "gptq": gptq_quantize(W, stats[name].H, bits, group_size).dequantize(),
+            "awq": awq_quantize(W, None, bits, group_size, mean_abs=stats[name].mean_abs,
+                                gram=stats[name].H / 2).effective_weight(),
+        }
+        rows.append({"layer": name, **{method: round(relative_output_error(W, W_hat, gram), 6)
+                                       for method, W_hat in candidates.items()}})
+    return rows
+
+
+def refresh() -> list[Path]:
+    """Recompute every experiment the book shows and rewrite its file (the only writer)."""
+    global _refreshing
+    _refreshing = True
+    try:
+        perplexity_table()
+        perplexity_table(LOW_BIT_ROWS, name="perplexity-low-bits")
+        layer_errors()
+    finally:
+        _refreshing = False
+    return sorted(DIRECTORY.glob("*.json"))
+
+
+def shipped() -> dict[str, bool]:
+    """Whether the result of every experiment the book shows ships with the package."""
+    return {name: path(name, settings).exists() for name, settings in _book_settings().items()}
+
+
+def _book_settings() -> dict[str, dict]:
+    """The settings of every result the book shows, by experiment."""
+    return {"perplexity-table": _table_settings(TABLE_ROWS), "perplexity-low-bits": _table_settings(LOW_BIT_ROWS),
+            "layer-errors": _error_settings(4, 128)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv != ["refresh"]:
+        print("usage: python -m servebook.book.experiments refresh", file=sys.stderr)
+        return 2
+    start = time.perf_counter()
+    for written in refresh():
+        print(written)
+    print(f"refreshed in {time.perf_counter() - start:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

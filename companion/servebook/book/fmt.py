@@ -1,0 +1,53 @@
+"""How the book prints numbers: one way for a size, a share, a change, a table.
+
+Chapters, exercise pages, figures and widgets format through these helpers,
+so "3.125 GiB", "12.5%" and "+0.4%" look the same on every page.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..units import fmt_both, fmt_bytes
+
+__all__ = ["size", "both", "pct", "change", "num", "table"]
+
+size = fmt_bytes
+"""A byte count in one named unit: ``size(3 * GiB + GiB // 8)`` is ``'3.125 GiB'``."""
+
+both = fmt_both
+"""Both readings of one size: ``'3.125 GiB = 3.355 GB'``."""
+
+
+def pct(share: float, digits: int = 1) -> str:
+    """A share as a percentage: ``pct(0.125)`` is ``'12.5%'``."""
+    return f"{100 * share:.{digits}f}%"
+
+
+def change(value: float, reference: float, digits: int = 1) -> str:
+    """The signed relative change of ``value`` against ``reference``, never ``'-0.0%'``."""
+    return f"{round(100 * (value / reference - 1), digits) + 0.0:+.{digits}f}%"
+
+
+def num(value, digits: int = 6) -> str:
+    """A number in its shortest form (``'0.0333333'``, ``'17'``): exact Fractions and floats alike."""
+    return f"{float(value):.{digits}g}"
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[object]], align: str | None = None):
+    """A Markdown table for a page: ``align`` holds one ``l`` or ``r`` per column (default: all left).
+
+    Returns an ``IPython.display.Markdown`` object, which a page displays as a table.
+    """
+    from IPython.display import Markdown
+
+    align = align or "l" * len(header)
+    if len(align) != len(header) or set(align) - {"l", "r"}:
+        raise ValueError(f"align must hold one 'l' or 'r' per column ({len(header)}), got {align!r}")
+    for row in rows:
+        if len(row) != len(header):
+            raise ValueError(f"a row has {len(row)} cells for {len(header)} columns: {row!r}")
+    rule = ["--:" if a == "r" else ":--" for a in align]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(rule) + "|"]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return Markdown("\n".join(lines))
