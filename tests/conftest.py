@@ -1,7 +1,6 @@
 from pathlib import Path
 
 import pytest
-
 from tools import build
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,11 +8,12 @@ from hypothesis import strategies as st
 
 from servebook import advisor, paging, roofline
 from servebook.advisor import Workload
+from servebook.book import scenarios
 from servebook.models import ModelSpec
 from servebook.units import GiB
 
-A = advisor.L51_SCENARIOS["A"]
-B = advisor.L51_SCENARIOS["B"]
+A = scenarios.LEVER_SCENARIOS["A"]
+B = scenarios.LEVER_SCENARIOS["B"]
 
 
 @pytest.fixture(scope="module")

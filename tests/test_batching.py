@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from servebook import batching, memory, models, roofline
+from servebook import batching, models, roofline
 from servebook.batching import Request, sample_trace, simulate
 
 TRACE = sample_trace(120, seed=1, prompt_mean=40, output_mean=80, max_len=256)

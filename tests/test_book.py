@@ -4,7 +4,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from tools import build, quarto
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,7 +82,8 @@ def test_figure_cells_have_label_caption_and_alt_text(page):
     for cell in code_cells(QMD[page]):
         body = "\n".join(line for line in cell.splitlines() if not line.startswith("#|"))
         if re.search(r"\bfigures\.[a-z]\w*\(", body):
-            assert cell in figures, f"{page.name}: cell {cell.splitlines()[0]!r} draws a figure outside a labelled figure"
+            where = f"{page.name}: cell {cell.splitlines()[0]!r}"
+            assert cell in figures, f"{where} draws a figure outside a labelled figure"
 
 
 # A number standing alone in a caption ("7 regions", "95 %", "1,000 requests") must be computed: written as

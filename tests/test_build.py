@@ -3,9 +3,9 @@
 import textwrap
 
 import pytest
+from tools import build
 
 from servebook import __version__
-from tools import build
 
 PAGE = textwrap.dedent('''\
     # A page {#sec-a-page}

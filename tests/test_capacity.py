@@ -5,8 +5,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from servebook import memory, models, roofline
-from servebook.units import GB, GiB
 from servebook.book.widgets import capacity as widget
+from servebook.units import GB, GiB
 
 LLAMA13 = models.get("llama-2-13b")
 PER_USER = memory.kv_cache_bytes(LLAMA13, seq_len=4096)  # 3.125 GiB, from C2

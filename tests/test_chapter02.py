@@ -12,9 +12,9 @@ from matplotlib.colors import to_hex
 from servebook import memory, models
 from servebook.book.figures import _style
 from servebook.book.figures import kv as kv_figures
+from servebook.book.widgets import kv as kv_widget
 from servebook.models import ModelSpec
 from servebook.units import DTYPE_BYTES, GB, UNITS, GiB, KiB, MiB
-from servebook.book.widgets import kv as kv_widget
 
 # ---------------------------------------------------------------- the seed cases
 

@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from servebook import memory, models, paging
+from servebook.book.widgets.paging import paging_explorer, paging_explorer_text
 from servebook.paging import NaiveAllocator, OutOfBlocks, PagedAllocator
 from servebook.units import MiB
-from servebook.book.widgets.paging import paging_explorer, paging_explorer_text
 
 SPEC = models.get("llama-2-13b")
 

@@ -13,8 +13,8 @@ OPTION = re.compile(r"^#\|\s*([\w-]+)\s*:\s*(.*)$")
 CODE_BLOCK = re.compile(r"^```\{python\}.*?^```", re.M | re.S)
 INLINE = re.compile(r"`\{python\}\s+([^`]+)`")
 # A cross-reference div: ::: {#fig-name} ... caption paragraph ... :::  (the caption is its last paragraph).
-CAPTION_DIV = re.compile(r"^(?P<fence>:{3,})\s*\{#(?P<label>(?:fig|tbl)-[\w-]+)[^}\n]*\}\s*\n(?P<body>.*?)^(?P=fence)\s*$",
-                         re.M | re.S)
+CAPTION_DIV = re.compile(
+    r"^(?P<fence>:{3,})\s*\{#(?P<label>(?:fig|tbl)-[\w-]+)[^}\n]*\}\s*\n(?P<body>.*?)^(?P=fence)\s*$", re.M | re.S)
 DIV_OPEN = re.compile(r"^:{3,}\s*\{#((?:fig|tbl)-[\w-]+)[^}\n]*\}\s*$", re.M)
 DIV_CLOSE = re.compile(r"^:{3,}\s*$", re.M)
 PIPE_CAPTION = re.compile(r"^: (.*?)\s*\{#(tbl-[\w-]+)\}\s*$", re.M)   # a Markdown table's caption line

@@ -379,37 +379,3 @@ def _diagnose(spec: ModelSpec, device: roofline.GPU, w: Workload, base: Served):
         "decode_intensity": mid.step.intensity, "decode_ridge": mid.ridge,
     }
     return dominant, (memory_line, time_line), numbers
-
-
-# ---------------------------------------------------------------------------
-# The seed's two scenarios (exercise L5.1), with the numbers the seed leaves open filled in.
-
-
-@dataclass(frozen=True)
-class Scenario:
-    """A model, a GPU and a workload, with the story they stand for."""
-
-    name: str
-    model: str
-    gpu: str
-    workload: Workload
-    story: str
-
-    def advise(self) -> Advice:
-        return advise(self.model, self.gpu, self.workload)
-
-
-L51_SCENARIOS: dict[str, Scenario] = {
-    "A": Scenario(
-        "A: a chatbot of short sessions", "llama-2-13b", "a100-80gb-sxm",
-        Workload(prompt_len=30, output_len=30, batch=1000, max_len=2048, goal="throughput"),
-        "Thousands of short chat sessions, 60 tokens each on average (read here as a 30-token prompt and a "
-        "30-token answer, 1,000 sessions in flight), on a server that reserves max_len = 2,048 KV slots per "
-        "request: it keeps running out of memory."),
-    "B": Scenario(
-        "B: batch summarisation", "llama-3-70b", "h200",
-        Workload(prompt_len=6000, output_len=250, batch=16, max_len=8192, goal="throughput"),
-        "A summarisation job: prompts of many thousands of tokens (read here as 6,000 in, 250 out) at a large "
-        "batch (16), throughput is all that matters, and the model barely fits the GPU (a 70B model in BF16 on "
-        "one 141 GB H200)."),
-}

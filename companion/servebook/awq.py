@@ -24,7 +24,6 @@ and far cheaper than pushing every token through every candidate.
 from __future__ import annotations
 
 import math
-
 import numbers
 from dataclasses import dataclass
 

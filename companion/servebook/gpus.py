@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from .checks import lookup
 from .units import GB, MiB
 
+
 @dataclass(frozen=True)
 class Quoted:
     """A peak rate exactly as a datasheet prints it, and whether that print assumes 2:4 sparsity.

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 from . import gpus, memory, models
 from .checks import choice, lookup, whole
-from .gpus import GPU, GPUS, Quoted
+from .gpus import GPU, GPUS
 from .models import ModelSpec
 from .units import GB, ceil_div
 

@@ -8,32 +8,18 @@ aside, 1,000 requests with log-normal lengths, all queued at time 0.
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
-from ... import batching, gpus, memory, models, roofline
-from ...units import GiB
+from ... import batching
+from .. import scenarios
 from . import _style
 
-GPU = "a100-40gb-sxm"
-OVERHEAD_BYTES = 4 * GiB
 
-
-@lru_cache(maxsize=4)
-def default_runs(n_requests: int = 1000, seed: int = 0, model: str = "llama-2-13b", max_len: int = 2048):
-    """The chapter's four runs: static and continuous batching, naive and paged allocation."""
-    spec = models.get(model)
-    plan = memory.capacity_plan(gpu=gpus.get(GPU).memory, weights=memory.weight_bytes(spec.n_params),
-                                per_request=memory.kv_cache_bytes(spec, max_len), overhead=OVERHEAD_BYTES)
-    kv_slots = plan.kv_pool // memory.kv_bytes_per_token(spec)
-    cost = roofline.StepModel(spec, device=GPU)
-    trace = batching.sample_trace(n_requests, seed=seed, max_len=max_len)
-    return {(policy, allocator): batching.simulate(trace, kv_slots=kv_slots, policy=policy, allocator=allocator,
-                                                   max_len=max_len, cost=cost)
-            for policy in batching.POLICIES for allocator in batching.ALLOCATORS}
+def default_runs(n_requests: int = 1000, seed: int = 0):
+    """The chapter's four runs (see :func:`servebook.book.scenarios.batching_runs`)."""
+    return scenarios.batching_runs(n_requests, seed)
 
 
 def _binned(result: batching.SimulationResult, values: np.ndarray, n_bins: int = 300, until: float | None = None):

@@ -6,8 +6,9 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
-from ... import advisor, memory, models, roofline
+from ... import memory, models, roofline
 from ...units import GB, GiB
+from .. import scenarios as scenarios_
 from . import _style
 
 PRECISIONS = ("fp16", "int8", "int4")
@@ -85,7 +86,7 @@ def users_that_fit(model: str = "llama-2-13b", gpu: str = "a100-80gb-sxm", overh
 
 def lever_gains(scenarios: tuple[str, ...] = ("A", "B")) -> Figure:
     """What each lever buys in the seed's scenarios: gain on the goal metric over the baseline server."""
-    chosen = [advisor.L51_SCENARIOS[key] for key in scenarios]
+    chosen = [scenarios_.LEVER_SCENARIOS[key] for key in scenarios]
     advices = [scenario.advise() for scenario in chosen]
     fig, axes = _style.new_figure(7.4, 1.4 + 1.1 * len(chosen), nrows=len(chosen), sharex=True)
     axes = np.atleast_1d(axes)
