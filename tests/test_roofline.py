@@ -230,7 +230,8 @@ def test_gpu_table_says_which_datasheet_figure_it_used():
     (lambda: roofline.decode_step("gpt-9", 1, 1), ValueError, "unknown model"),
     (lambda: roofline.bound("step", A100), TypeError, "step must be a StepCost"),
     (lambda: roofline.decode_time(LLAMA13, A100, 1, 0, -1), ValueError, "steps must be >= 0"),
-    (lambda: roofline.scheme_bounds(LLAMA13, A100, "train", 1, 1), ValueError, "step must be 'prefill' or 'decode'"),
+    (lambda: roofline.scheme_bounds(LLAMA13, A100, "train", 1, 1), ValueError,
+     "step must be one of 'prefill', 'decode'"),
     (lambda: roofline.matmul_params(models.ModelSpec("x", n_layers=1, d_model=8, n_heads=1)), ValueError,
      "needs n_params"),
 ])

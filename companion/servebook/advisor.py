@@ -29,10 +29,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from numbers import Real
 
 from . import memory, models, paging, roofline
-from .checks import whole
+from .checks import byte_count, choice, whole
 from .models import ModelSpec
 from .units import GiB, MiB, canonical_dtype
 
@@ -83,17 +82,11 @@ class Workload:
             if longest > self.max_len:
                 raise ValueError(f"max_len ({self.max_len}) is shorter than a request "
                                  f"(prompt {self.prompt_len} + output {longest - self.prompt_len} tokens)")
-        if self.goal not in GOALS:
-            raise ValueError(f"goal must be one of {', '.join(GOALS)}, got {self.goal!r}")
-        if self.batching not in BATCHING:
-            raise ValueError(f"batching must be one of {', '.join(BATCHING)}, got {self.batching!r}")
+        choice("goal", self.goal, GOALS)
+        choice("batching", self.batching, BATCHING)
         roofline.scheme(self.weights)
         canonical_dtype(self.kv_dtype)
-        if isinstance(self.overhead, bool) or not isinstance(self.overhead, Real):
-            raise TypeError(f"overhead must be a number of bytes, got {self.overhead!r}")
-        if not math.isfinite(self.overhead) or self.overhead < 0 or self.overhead != int(self.overhead):
-            raise ValueError(f"overhead must be a whole number of bytes >= 0, got {self.overhead!r}")
-        object.__setattr__(self, "overhead", int(self.overhead))
+        object.__setattr__(self, "overhead", byte_count("overhead", self.overhead))
         whole("block_size", self.block_size, 1)
 
     @property

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .checks import lookup
+from .checks import choice, lookup
 from .units import GB, MiB
 
 
@@ -71,9 +71,7 @@ class GPU:
     def peak(self, precision: str = "fp16") -> float:
         """Dense peak of the ``"fp16"`` or ``"int8"`` tensor cores, or the ``"fp32"`` CUDA cores."""
         rates = {"fp16": self.fp16_flops, "bf16": self.fp16_flops, "int8": self.int8_ops, "fp32": self.fp32_flops}
-        if precision not in rates:
-            raise ValueError(f"precision must be one of {', '.join(rates)}, got {precision!r}")
-        return rates[precision]
+        return rates[choice("precision", precision, rates)]
 
 
 _SPARSE_NOTE = "The datasheet prints tensor-core rates with sparsity (*); dense is half."

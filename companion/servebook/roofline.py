@@ -428,9 +428,7 @@ def scheme_bounds(model: ModelSpec | str, device: GPU | str, step: str, batch: i
     ``step`` is ``"prefill"`` (``tokens`` = prompt length) or ``"decode"``
     (``tokens`` = context length).
     """
-    if step not in ("prefill", "decode"):
-        raise ValueError(f"step must be 'prefill' or 'decode', got {step!r}")
-    make = prefill_step if step == "prefill" else decode_step
+    make = prefill_step if choice("step", step, ("prefill", "decode")) == "prefill" else decode_step
     return [bound(make(model, batch, tokens, name, kv_dtype), device) for name in SCHEMES]
 
 

@@ -2,7 +2,7 @@
 
 The synthetic matrices are seeded; the small-model figures read the cached results of
 :func:`servebook.book.experiments.perplexity_table` and :func:`servebook.book.experiments.layer_errors`
-(computed on first use, then read from ``servebook/data/cache``).
+(shipped in ``servebook/data/experiments``).
 """
 
 from __future__ import annotations
@@ -10,46 +10,15 @@ from __future__ import annotations
 import matplotlib
 import matplotlib.ticker
 import numpy as np
-import torch
 from matplotlib.figure import Figure
 
-from ... import quant
 from .. import fmt
+from ..scenarios import OUTLIER_KINDS, planted_outliers, relative_error
 from . import _style
 
 GRANULARITIES = ("tensor", "channel", 256, 128, 64, 32)
-KINDS = ("none", "rows", "columns")
 # Methods take series colours: orange and teal mean weights and KV cache everywhere in the book.
 METHOD_COLOURS = {"fp32": _style.MUTED, "rtn": _style.SEQUENCE[2], "gptq": _style.ACCENT, "awq": _style.SEQUENCE[3]}
-
-
-def planted_outliers(kind: str = "columns", out_features: int = 256, in_features: int = 1024,
-                     n_outliers: int = 4, factor: float = 20.0, seed: int = 0) -> torch.Tensor:
-    """A Gaussian weight (std 0.02) with ``n_outliers`` output rows or input columns ``factor`` times larger.
-
-    ``kind``: ``"none"`` (clean), ``"rows"`` (outlier output channels) or ``"columns"`` (outlier input
-    channels, the pattern LLM weights and activations show).
-    """
-    if kind not in KINDS:
-        raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
-    generator = torch.Generator().manual_seed(seed)
-    W = torch.randn(out_features, in_features, generator=generator) * 0.02
-    if kind == "rows":
-        W[torch.randperm(out_features, generator=generator)[:n_outliers], :] *= factor
-    elif kind == "columns":
-        W[:, torch.randperm(in_features, generator=generator)[:n_outliers]] *= factor
-    return W
-
-
-def relative_error(weight: torch.Tensor, bits: int, granularity) -> float:
-    """``||W - W_hat|| / ||W||`` (Frobenius) after round-to-nearest per tensor, per channel or per group."""
-    if granularity == "tensor":
-        qparams = quant.choose_qparams(weight, bits)
-    elif granularity == "channel":
-        qparams = quant.choose_qparams(weight, bits, axis=0)
-    else:
-        qparams = quant.choose_qparams(weight, bits, group_size=granularity)
-    return quant.relative_error(weight, qparams)
 
 
 def _granularity_label(granularity) -> str:
@@ -65,7 +34,7 @@ def groupwise_outliers(bits: int = 4, granularities: tuple = GRANULARITIES, fact
               "columns": f"{n_outliers} outlier columns (x{factor:g})"}
     colours = {"none": _style.MUTED, "rows": _style.SEQUENCE[3], "columns": _style.WASTE}
     with matplotlib.rc_context(_style.RC):
-        for kind in KINDS:
+        for kind in OUTLIER_KINDS:
             W = planted_outliers(kind, factor=factor, n_outliers=n_outliers)
             errors = [100 * relative_error(W, bits, g) for g in granularities]
             ax.plot(x, errors, "o-", color=colours[kind], label=labels[kind])
