@@ -426,6 +426,10 @@ def test_one_scheme_describes_qmodel_s_dequantize_once_layers(toy, cpu):
     w4.dtype = "fp16"
     prefill, decode, _ = lab.time_predictions(w4, lab.Device("cuda", "Tesla T4", roofline_gpu="t4"), 2, 16)
     assert prefill.step.scheme == decode.step.scheme == scheme
+    with pytest.raises(ValueError, match="variant must be one of"):
+        lab.qmodel_scheme("fp16", 128)
+    with pytest.raises(ValueError, match="group_size must be positive"):
+        lab.qmodel_scheme("w4a16", 0)
 
 
 def test_the_lab_names_the_quantization_methods_qmodel_has():
@@ -438,3 +442,32 @@ def test_one_function_picks_the_dtype_keyword_of_this_transformers(version, keyw
     transformers = pytest.importorskip("transformers")
     monkeypatch.setattr(transformers, "__version__", version)
     assert smallmodel.dtype_keyword() == keyword
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda: lab.torch_dtype("fp8"), ValueError, "dtype must be one of 'fp32', 'fp16', 'bf16', got 'fp8'"),
+    (lambda: lab.reduced_spec("llama-3-8b", 2.0), TypeError, "factor must be a whole number"),
+    (lambda: lab.LabConfig(variants="w4a16"), TypeError, "variants must be a list of names"),
+    (lambda: lab.LabConfig(project_model="yes"), TypeError, "project_model must be True or False"),
+    (lambda: lab.LabConfig(vllm=1), TypeError, "vllm must be True or False"),
+    (lambda: lab.LabConfig(seed=-1), ValueError, "seed must be >= 0"),
+    (lambda: lab.LabConfig(memory_budget=0), ValueError, "memory_budget must be > 0 bytes"),
+    (lambda: lab.latest_recorded(prefer="gpu"), ValueError, "prefer must be one of 'cuda', 'cpu', 'any'"),
+    (lambda: lab.hub_reachable(timeout=0), ValueError, "timeout must be a finite number > 0"),
+    (lambda: lab.quantized_weight_prediction(TOY, "w2a16", 128, "fp32"), ValueError, "variant must be one of"),
+])
+def test_arguments_are_checked_by_name(call, error, message):
+    with pytest.raises(error, match=message):
+        call()
+
+
+def test_quantize_and_the_timers_refuse_bad_arguments_by_name(toy, cpu):
+    with pytest.raises(ValueError, match="method must be one of 'rtn', 'gptq', 'awq', got 'magic'"):
+        lab.quantize(toy, "w4a16", cpu, method="magic")
+    with pytest.raises(TypeError, match="last_logits_only must be True or False"):
+        lab.time_predictions(toy, cpu, 1, 8, last_logits_only="yes")
+    with pytest.raises(ValueError, match="seed must be >= 0"):
+        lab.measure_generation(toy.module, cpu, 1, 8, seed=-1)
+    for share in (0, 1.5):
+        with pytest.raises(ValueError, match=r"gpu_memory_utilization must be in \(0, 1\]"):
+            lab.compare_vllm("Qwen/Qwen2.5-0.5B", cpu, log=lambda _: None, gpu_memory_utilization=share)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import models
+from ..checks import whole
 from .device import detect_device, require_torch
 from .load import DEFAULT_HUB_MODEL, FLOAT_VARIANTS
 from .results import format_table, table, write_results
@@ -49,8 +50,10 @@ def main(argv: list[str] | None = None) -> int:
     options = argument_parser()
     args = options.parse_args(argv)
     if args.threads is not None:
-        if args.threads < 1:
-            options.error(f"--threads must be >= 1, got {args.threads}")
+        try:
+            whole("--threads", args.threads, 1)
+        except ValueError as error:
+            options.error(str(error))
         require_torch().set_num_threads(args.threads)
 
     device = detect_device(args.device)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import __version__, gpus
+from ..checks import choice
 from ..units import GiB
 
 
@@ -87,8 +88,7 @@ def detect_device(requested: str = "auto", log: Callable[[str], None] = print) -
 
     Asking for ``"cuda"`` where there is no GPU prints why and falls back to the CPU.
     """
-    if requested not in ("auto", "cuda", "cpu"):
-        raise ValueError(f"device must be 'auto', 'cuda' or 'cpu', got {requested!r}")
+    choice("device", requested, ("auto", "cuda", "cpu"))
     torch = require_torch()
     if requested in ("auto", "cuda") and torch.cuda.is_available():
         index = torch.cuda.current_device()

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .. import memory, models
+from ..checks import byte_count, choice, positive, whole
 from ..models import ModelSpec
 from ..units import GiB
 from .device import Device, MeasurementSkipped, cuda_allocated, cuda_growth, require_torch
@@ -60,9 +61,7 @@ def torch_dtype(dtype: str):
     """The torch dtype of ``"fp32"``, ``"fp16"`` or ``"bf16"``."""
     torch = require_torch()
     table = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-    if dtype not in table:
-        raise ValueError(f"dtype must be one of {', '.join(table)}, got {dtype!r}")
-    return table[dtype]
+    return table[choice("dtype", dtype, FLOAT_VARIANTS)]
 
 
 def _dtype_argument(dtype: str) -> dict[str, Any]:
@@ -102,8 +101,7 @@ def reduced_spec(spec: ModelSpec | str, factor: int = 8) -> ModelSpec:
     shape that runs in seconds; a GPU runs the real size.
     """
     spec = models.resolve(spec)
-    if isinstance(factor, bool) or not isinstance(factor, int) or factor < 1:
-        raise ValueError(f"factor must be an int >= 1, got {factor!r}")
+    factor = whole("factor", factor, 1)
     if factor == 1:
         return spec
     if spec.vocab_size is None or spec.intermediate_size is None:
@@ -145,7 +143,7 @@ def load_random(spec: ModelSpec | str, device: Device, dtype: str = "fp16", redu
     if shaped.n_params is None:
         shaped = replace(shaped, n_params=shaped.count_params())
     predicted, basis = _weight_prediction(shaped, dtype)
-    if budget is not None and predicted > budget:
+    if budget is not None and predicted > byte_count("budget", budget):
         raise MeasurementSkipped(f"its {predicted / GiB:.2f} GiB of weights do not fit the {budget / GiB:.2f} GiB free")
     config = llama_config(shaped)
     started, before = time.perf_counter(), cuda_allocated(device)
@@ -165,6 +163,7 @@ def load_random(spec: ModelSpec | str, device: Device, dtype: str = "fp16", redu
 
 def hub_reachable(host: str = "huggingface.co", timeout: float = 3.0) -> bool:
     """Whether the Hugging Face Hub answers (and offline mode is not set): a quick check, not a download."""
+    timeout = positive("timeout", timeout)
     if any(os.environ.get(flag, "0") not in ("", "0") for flag in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")):
         return False
     try:
@@ -264,8 +263,7 @@ def quantized_weight_prediction(spec: ModelSpec, variant: str, group_size: int, 
     group_size)`` (codes, FP16 scales, zero points as wide as the codes); the
     embeddings, norms and LM head stay in ``dtype``, as servebook.qmodel leaves them.
     """
-    if variant not in QUANT_BITS:
-        raise ValueError(f"variant must be one of {', '.join(QUANT_BITS)}, got {variant!r}")
+    choice("variant", variant, QUANT_VARIANTS)
     if spec.n_params is None:
         raise ValueError(f"{spec.name}: the prediction needs n_params")
     code = f"int{QUANT_BITS[variant]}"
@@ -285,8 +283,8 @@ def quantize(base: LabModel, variant: str, device: Device, group_size: int = 128
     ``"awq"`` (the last two calibrate on the project's calibration text).
     The activations keep ``base``'s dtype: FP32 on a CPU.
     """
-    if variant not in QUANT_BITS:
-        raise ValueError(f"variant must be one of {', '.join(QUANT_BITS)}, got {variant!r}")
+    choice("variant", variant, QUANT_VARIANTS)
+    choice("method", method, QUANT_METHODS)
     from .. import qmodel, smallmodel
 
     calibration = None

@@ -181,7 +181,7 @@ def measure_generation(module, device: Device, batch: int, prompt_len: int, deco
     :class:`MeasurementSkipped` if the device runs out of memory.
     """
     for name, value, minimum in (("batch", batch, 1), ("prompt_len", prompt_len, 1),
-                                 ("decode_steps", decode_steps, 1), ("repeats", repeats, 1)):
+                                 ("decode_steps", decode_steps, 1), ("repeats", repeats, 1), ("seed", seed, 0)):
         whole(name, value, minimum)
     torch = require_torch()
     generator = torch.Generator().manual_seed(seed)

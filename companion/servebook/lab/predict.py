@@ -5,9 +5,9 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from .. import memory, roofline
+from .. import checks, memory, roofline
 from .device import Device
-from .load import QUANT_BITS, LabModel
+from .load import QUANT_BITS, QUANT_VARIANTS, LabModel
 from .measure import Generation
 from .results import measurement_row
 
@@ -20,8 +20,9 @@ def qmodel_scheme(variant: str, group_size: int) -> roofline.Scheme:
     per-tile dequantization (roofline's W4A16) would charge more work than
     qmodel does, and the bound would no longer be a lower bound.
     """
+    checks.choice("variant", variant, QUANT_VARIANTS)
     return roofline.Scheme(variant.upper(), f"int{QUANT_BITS[variant]}", "fp16",
-                           group_size=group_size,
+                           group_size=checks.group_size(group_size, allow_none=False),
                            dequant_flops_per_weight=2, dequant_tile_tokens=sys.maxsize)
 
 
@@ -42,7 +43,7 @@ def time_predictions(model: LabModel, device: Device, batch: int, prompt_len: in
     the other tokens: counting that work, which never runs (over a quarter of
     a Qwen2.5-0.5B prefill), could lift the bound above the measured time.
     """
-    logits = "last" if last_logits_only else "all"
+    logits = "last" if checks.flag("last_logits_only", last_logits_only) else "all"
     if device.roofline_gpu is None:
         return None, None, f"no prediction: {device.name} is not in servebook.roofline's GPU table"
     if model.variant == "fp32":

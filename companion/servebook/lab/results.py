@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..checks import choice
 from ..units import GiB, MiB
 from .load import FLOAT_VARIANTS, VARIANTS
 
@@ -131,8 +132,7 @@ def recorded_runs(directory: str | Path | None = None) -> list[dict[str, Any]]:
 
 def latest_recorded(prefer: str = "cuda", directory: str | Path | None = None) -> dict[str, Any]:
     """The most recent recorded run, from a GPU if one was recorded (``prefer="cuda"``), else any."""
-    if prefer not in ("cuda", "cpu", "any"):
-        raise ValueError(f"prefer must be 'cuda', 'cpu' or 'any', got {prefer!r}")
+    choice("prefer", prefer, ("cuda", "cpu", "any"))
     runs = recorded_runs(directory)
     if not runs:
         raise FileNotFoundError(f"no recorded lab runs in {directory or recorded_dir()}")

@@ -10,12 +10,13 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from .. import memory, models
-from ..checks import byte_count, whole
+from ..checks import byte_count, choice, flag, names, whole
 from ..units import GiB
 from .device import Device, MeasurementSkipped, detect_device, environment, free_device_memory, require_torch
 from .load import (
     DEFAULT_HUB_MODEL,
     FLOAT_VARIANTS,
+    QUANT_METHODS,
     QUANT_VARIANTS,
     LabModel,
     ModelUnavailable,
@@ -55,13 +56,9 @@ class LabConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.dtype not in FLOAT_VARIANTS:
-            raise ValueError(f"dtype must be one of {', '.join(FLOAT_VARIANTS)}, got {self.dtype!r}")
-        if self.quant_method not in ("rtn", "gptq", "awq"):
-            raise ValueError(f"quant_method must be 'rtn', 'gptq' or 'awq', got {self.quant_method!r}")
-        unknown = [v for v in self.variants if v not in QUANT_VARIANTS]
-        if unknown:
-            raise ValueError(f"variants must be among {', '.join(QUANT_VARIANTS)}, got {unknown}")
+        choice("dtype", self.dtype, FLOAT_VARIANTS)
+        choice("quant_method", self.quant_method, QUANT_METHODS)
+        self.variants = tuple(names("variants", self.variants, QUANT_VARIANTS))
         for name in ("batches", "prompt_lens"):
             values = tuple(getattr(self, name))
             if not values:
@@ -71,6 +68,9 @@ class LabConfig:
             setattr(self, name, values)
         for name in ("reduce", "group_size", "decode_steps", "repeats", "perplexity_window", "perplexity_tokens"):
             whole(name, getattr(self, name), 1)
+        whole("seed", self.seed, 0)
+        flag("project_model", self.project_model)
+        flag("vllm", self.vllm)
         for name in self.random_models:
             models.get(name)  # an unknown name fails here, naming the known ones
         if self.memory_budget is not None:
@@ -103,7 +103,7 @@ def check_fits(model: LabModel, batch: int, prompt_len: int, decode_steps: int, 
     if budget is None:
         return
     need = memory.kv_cache_bytes(model.spec, prompt_len + decode_steps, batch, model.dtype)
-    if need > budget:
+    if need > byte_count("budget", budget):
         raise MeasurementSkipped(
             f"batch {batch} x {prompt_len + decode_steps} tokens needs a {need / GiB:.2f} GiB KV cache "
             f"(servebook.memory), more than the {budget / GiB:.2f} GiB free: skipped")

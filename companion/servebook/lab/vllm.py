@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import math
 import os
 import re
 from collections.abc import Callable, Iterable
@@ -12,9 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import memory
-from ..checks import byte_count, whole
+from ..checks import byte_count, interval, whole
 from ..models import ModelSpec
-from ..units import GiB
+from ..units import GiB, ceil_div
 from .device import Device, free_device_memory
 
 _VLLM_PATTERNS = {
@@ -63,7 +62,7 @@ def servebook_vllm_prediction(spec: ModelSpec, kv_memory: int, max_model_len: in
     block_size = whole("block_size", block_size)
     per_block = block_size * memory.kv_bytes_per_token(spec, dtype)
     blocks = memory.max_batch(kv_memory, per_block)
-    blocks_per_request = math.ceil(max_model_len / block_size)
+    blocks_per_request = ceil_div(max_model_len, block_size)
     return {"gpu_blocks": blocks, "kv_cache_tokens": blocks * block_size,
             "max_concurrency": blocks / blocks_per_request,
             "requests_that_fit": memory.max_batch(blocks, blocks_per_request)}
@@ -150,6 +149,8 @@ def compare_vllm(model_name: str, device: Device, log: Callable[[str], None] = p
     Returns ``{"status": "skipped", "reason": ...}`` when vLLM is not installed,
     there is no GPU, or vLLM fails; never raises for those.
     """
+    gpu_memory_utilization = interval("gpu_memory_utilization", gpu_memory_utilization, 0, 1, include_low=False)
+    max_model_len = whole("max_model_len", max_model_len)
     reason = _why_no_vllm(device)
     if reason is None:
         try:
