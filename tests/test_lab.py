@@ -1,15 +1,18 @@
 """The lab measures what the formulas predict: on the CPU path, bytes exactly; bad input is skipped cleanly."""
 
 import copy
+import importlib.util
 import json
 import math
+import sys
+from dataclasses import replace
 
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from servebook import lab, memory, roofline  # noqa: E402
+from servebook import gpus, lab, memory, qmodel, roofline, smallmodel  # noqa: E402
 from servebook.models import ModelSpec  # noqa: E402
 
 # A Llama-style shape with grouped-query attention and tied embeddings, small enough for milliseconds per step;
@@ -128,6 +131,7 @@ def test_timed_synchronises_before_and_after():
 ])
 def test_gpu_names_map_to_the_roofline_table_or_to_no_prediction(name, key):
     assert lab.roofline_gpu_for(name) == key
+    assert key is None or gpus.get(key).name == key  # every name the lab maps to is a key of servebook.gpus
 
 
 def test_time_predictions_are_the_roofline_bounds_on_a_known_gpu_and_absent_on_the_cpu(toy, cpu):
@@ -273,14 +277,14 @@ def test_asking_for_a_gpu_without_one_falls_back_to_the_cpu_with_a_message():
 
 
 def test_vllm_comparison_skips_cleanly_when_vllm_is_missing(cpu, monkeypatch):
-    monkeypatch.setattr(lab.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     said = []
     result = lab.compare_vllm("Qwen/Qwen2.5-0.5B", cpu, log=said.append)
     assert result["status"] == "skipped" and "vllm is not installed" in result["reason"] and said
 
 
 def test_vllm_comparison_skips_on_a_cpu_even_where_vllm_is_installed(cpu, monkeypatch):
-    monkeypatch.setattr(lab.importlib.util, "find_spec", lambda name: object())
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object())
     result = lab.compare_vllm("Qwen/Qwen2.5-0.5B", cpu, log=lambda _: None)
     assert result["status"] == "skipped" and "CUDA" in result["reason"]
 
@@ -385,3 +389,85 @@ def test_a_random_model_too_big_for_the_budget_is_refused_before_it_is_built(cpu
         lab.load_random("llama-2-7b", cpu, "fp16", budget=1024**3)
     with pytest.raises(ValueError, match="factor"):
         lab.load_random(TOY, cpu, "fp32", reduce=0)
+
+
+def _prefill_bound_by_the_first_edition_formula(model, device, batch, prompt_len):
+    """The lab's first prefill bound: roofline's all-token step, minus the LM head on all but each last token."""
+    if model.variant == "fp16":
+        scheme = roofline.scheme("W16A16")
+    else:
+        scheme = roofline.Scheme(model.variant.upper(), f"int{lab.QUANT_BITS[model.variant]}", "fp16",
+                                 group_size=model.group_size, dequant_flops_per_weight=2,
+                                 dequant_tile_tokens=sys.maxsize)
+    step = roofline.prefill_step(model.spec, batch, prompt_len, scheme, model.dtype)
+    unused = 2 * model.spec.vocab_size * model.spec.d_model * (step.tokens - step.batch)
+    return roofline.bound(replace(step, matmul_flops=step.matmul_flops - unused), device.roofline_gpu)
+
+
+@pytest.mark.parametrize("variant", ["fp16", "w8a16", "w4a16"])
+def test_the_last_token_prefill_bound_is_the_one_the_first_edition_computed(toy, cpu, variant):
+    model = copy.copy(toy) if variant == "fp16" else lab.quantize(toy, variant, cpu, group_size=128)
+    model.dtype = "fp16"
+    model.variant = variant
+    t4 = lab.Device("cuda", "Tesla T4", roofline_gpu="t4")
+    for batch, prompt_len in ((1, 1), (4, 64), (32, 1024)):
+        kept, _, _ = lab.time_predictions(model, t4, batch, prompt_len, last_logits_only=True)
+        before = _prefill_bound_by_the_first_edition_formula(model, t4, batch, prompt_len)
+        assert kept.step == before.step and kept.time == before.time
+
+
+def test_one_scheme_describes_qmodel_s_dequantize_once_layers(toy, cpu):
+    scheme = lab.qmodel_scheme("w4a16", 128)
+    assert (scheme.name, scheme.weight_dtype, scheme.matmul_precision, scheme.group_size) == ("W4A16", "int4", "fp16",
+                                                                                              128)
+    assert scheme.dequant_flops_per_weight == 2 and scheme.dequant_tile_tokens > 10**15  # once, whatever the tokens
+    assert lab.qmodel_scheme("w8a16", 64).weight_dtype == "int8"
+    w4 = lab.quantize(toy, "w4a16", cpu, group_size=128)
+    w4.dtype = "fp16"
+    prefill, decode, _ = lab.time_predictions(w4, lab.Device("cuda", "Tesla T4", roofline_gpu="t4"), 2, 16)
+    assert prefill.step.scheme == decode.step.scheme == scheme
+    with pytest.raises(ValueError, match="variant must be one of"):
+        lab.qmodel_scheme("fp16", 128)
+    with pytest.raises(ValueError, match="group_size must be positive"):
+        lab.qmodel_scheme("w4a16", 0)
+
+
+def test_the_lab_names_the_quantization_methods_qmodel_has():
+    assert lab.QUANT_METHODS == qmodel.METHODS
+
+
+@pytest.mark.parametrize("version, keyword", [("4.40.2", "torch_dtype"), ("4.55.4", "torch_dtype"),
+                                               ("4.56.0", "dtype"), ("4.57.0.dev0", "dtype"), ("5.0.0rc1", "dtype")])
+def test_one_function_picks_the_dtype_keyword_of_this_transformers(version, keyword, monkeypatch):
+    transformers = pytest.importorskip("transformers")
+    monkeypatch.setattr(transformers, "__version__", version)
+    assert smallmodel.dtype_keyword() == keyword
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda: lab.torch_dtype("fp8"), ValueError, "dtype must be one of 'fp32', 'fp16', 'bf16', got 'fp8'"),
+    (lambda: lab.reduced_spec("llama-3-8b", 2.0), TypeError, "factor must be a whole number"),
+    (lambda: lab.LabConfig(variants="w4a16"), TypeError, "variants must be a list of names"),
+    (lambda: lab.LabConfig(project_model="yes"), TypeError, "project_model must be True or False"),
+    (lambda: lab.LabConfig(vllm=1), TypeError, "vllm must be True or False"),
+    (lambda: lab.LabConfig(seed=-1), ValueError, "seed must be >= 0"),
+    (lambda: lab.LabConfig(memory_budget=0), ValueError, "memory_budget must be > 0 bytes"),
+    (lambda: lab.latest_recorded(prefer="gpu"), ValueError, "prefer must be one of 'cuda', 'cpu', 'any'"),
+    (lambda: lab.hub_reachable(timeout=0), ValueError, "timeout must be a finite number > 0"),
+    (lambda: lab.quantized_weight_prediction(TOY, "w2a16", 128, "fp32"), ValueError, "variant must be one of"),
+])
+def test_arguments_are_checked_by_name(call, error, message):
+    with pytest.raises(error, match=message):
+        call()
+
+
+def test_quantize_and_the_timers_refuse_bad_arguments_by_name(toy, cpu):
+    with pytest.raises(ValueError, match="method must be one of 'rtn', 'gptq', 'awq', got 'magic'"):
+        lab.quantize(toy, "w4a16", cpu, method="magic")
+    with pytest.raises(TypeError, match="last_logits_only must be True or False"):
+        lab.time_predictions(toy, cpu, 1, 8, last_logits_only="yes")
+    with pytest.raises(ValueError, match="seed must be >= 0"):
+        lab.measure_generation(toy.module, cpu, 1, 8, seed=-1)
+    for share in (0, 1.5):
+        with pytest.raises(ValueError, match=r"gpu_memory_utilization must be in \(0, 1\]"):
+            lab.compare_vllm("Qwen/Qwen2.5-0.5B", cpu, log=lambda _: None, gpu_memory_utilization=share)

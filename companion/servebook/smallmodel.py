@@ -13,14 +13,15 @@ way the GPTQ and AWQ papers evaluate WikiText-2.
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import torch
 
 from .checks import whole
 
-__all__ = ["TINY_LLAMA", "load", "heldout_text", "calibration_text", "hub_reachable", "evaluation_text", "encode",
-           "calibration_batch", "perplexity", "layer_statistics"]
+__all__ = ["TINY_LLAMA", "dtype_keyword", "load", "heldout_text", "calibration_text", "evaluation_text",
+           "encode", "calibration_batch", "perplexity", "layer_statistics"]
 
 DATA = Path(__file__).parent / "data"
 TINY_LLAMA = DATA / "tiny-llama"
@@ -30,23 +31,31 @@ def _path(name: str) -> str | Path:
     return TINY_LLAMA if name == "tiny-llama" else name
 
 
+def dtype_keyword() -> str:
+    """The keyword ``from_pretrained`` takes a torch dtype by: ``"dtype"`` (transformers >= 4.56) or ``"torch_dtype"``.
+
+    4.56 renamed the argument, and a version before it ignores ``dtype`` (it
+    loads FP32); Colab's version varies, so every loader asks here.
+    """
+    import transformers
+
+    major, minor = (int(part) for part in re.findall(r"\d+", transformers.__version__)[:2])
+    return "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
+
+
 def load(name: str = "tiny-llama", *, dtype=torch.float32, device: str | torch.device = "cpu"):
     """``(model, tokenizer)`` in eval mode: the shipped ``"tiny-llama"``, a local directory, or a Hub id."""
     if not isinstance(name, str) or not name:
         raise TypeError(f"name must be 'tiny-llama', a directory or a Hugging Face Hub id, got {name!r}")
-    import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     path = _path(name)
     tokenizer = AutoTokenizer.from_pretrained(path)
-    # transformers 4.56 renamed torch_dtype to dtype; keep both working (Colab's version varies).
-    major, minor = (int(part) for part in transformers.__version__.split(".")[:2])
-    dtype_keyword = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
     bars = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()   # a progress bar per load would clutter every executed page
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, **{dtype_keyword: dtype}).to(device)
+        model = AutoModelForCausalLM.from_pretrained(path, **{dtype_keyword(): dtype}).to(device)
     finally:
         if bars:
             hf_logging.enable_progress_bar()
@@ -62,17 +71,6 @@ def heldout_text() -> str:
 def calibration_text() -> str:
     """A slice of the training text, shipped for GPTQ and AWQ calibration."""
     return (TINY_LLAMA / "calibration.txt").read_text()
-
-
-def hub_reachable(host: str = "huggingface.co", port: int = 443, timeout: float = 3.0) -> bool:
-    """Whether the Hugging Face Hub answers (Colab: yes; the machine that builds the book: no)."""
-    import socket
-
-    try:
-        socket.create_connection((host, port), timeout=timeout).close()
-        return True
-    except OSError:
-        return False
 
 
 def evaluation_text() -> tuple[str, str]:
