@@ -40,7 +40,7 @@ SIBLINGS = {
     "__main__": {"device", "load", "results", "run"},
     "__init__": {"device", "load", "measure", "predict", "results", "run", "vllm"},
 }
-BELOW_THE_LAB = {"models", "memory", "roofline", "qmodel", "smallmodel", "quant", "checks", "units", "gpus",
+BELOW_THE_LAB = {"models", "memory", "roofline", "qmodel", "smallmodel", "quant", "checks", "units", "gpus", "hub",
                  "__version__", "lab"}
 
 
