@@ -32,6 +32,15 @@ def test_every_listed_page_exists():
     assert not missing, f"_quarto.yml lists pages that do not exist: {missing}"
 
 
+def test_renamed_pages_redirect_from_their_first_edition_urls():
+    """Pages are named by slug; the first edition's numbered URLs stay valid through Quarto's aliases."""
+    for page in PAGES:
+        assert not re.match(r"\d", page.name), f"{page.name}: name pages by slug, without a number"
+    first_edition = [(page.parent.name, m.group(1)) for page in PAGES
+                     for m in re.finditer(r"^  - (\d\d-[\w-]+\.html)$", QMD[page], re.M)]
+    assert len(set(first_edition)) == 17  # 9 chapters and 8 exercise pages, each its old name once
+
+
 def test_every_chapter_and_exercise_file_is_listed():
     on_disk = {p for folder in ("chapters", "exercises") for p in (ROOT / folder).glob("*.qmd")}
     assert on_disk <= set(PAGES), f"not in _quarto.yml: {sorted(str(p) for p in on_disk - set(PAGES))}"
@@ -127,7 +136,8 @@ def test_callout_fences_are_balanced(page):
 
 @pytest.mark.parametrize("page", [p for p in PAGES if p.parent.name == "chapters"], ids=lambda p: p.name)
 def test_chapters_link_to_their_colab_notebook(page):
-    assert f"{build.COLAB_BASE}/{page.stem}.ipynb" in QMD[page], "the chapter needs its Open in Colab badge"
+    badge = f"{build.COLAB_BASE}/{page.parent.name}/{page.stem}.ipynb"
+    assert badge in QMD[page], "the chapter needs its Open in Colab badge"
 
 
 @pytest.mark.slow
@@ -154,6 +164,6 @@ def _visible_outputs(notebook) -> list:
 
 @pytest.mark.slow
 def test_executing_a_page_twice_gives_the_same_outputs():
-    page = ROOT / "chapters" / "04-continuous-batching.qmd"  # a seeded simulation, figures and tables
+    page = ROOT / "chapters" / "continuous-batching.qmd"  # a seeded simulation, figures and tables
     first, second = (_visible_outputs(build.execute_page(page).notebook) for _ in range(2))
     assert first == second

@@ -4,7 +4,7 @@ Usage (from the repository root)::
 
     python -m tools.build              # everything: figures, execute, notebooks, render
     python -m tools.build figures      # only rewrite figures/
-    python -m tools.build page chapters/02-kv-cache.qmd   # execute one page, report
+    python -m tools.build page chapters/kv-cache.qmd   # execute one page, report
 
 Pages are the ``.qmd`` files listed in ``_quarto.yml``.  Each is read with
 jupytext (``fmt="Rmd"``: Quarto's chunk syntax is R Markdown's) and executed
@@ -199,7 +199,8 @@ def write_notebooks(root: Path, out: Path) -> list[Path]:
     for page in book_pages(root):
         if page.parent.name != "chapters":
             continue
-        target = out / (page.stem + ".ipynb")
+        target = out / page.parent.name / (page.stem + ".ipynb")
+        target.parent.mkdir(parents=True, exist_ok=True)
         nbformat.write(colab_notebook(page), target)
         written.append(target)
     return written

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .quarto import DIV_CLOSE, DIV_OPEN, cell_options
+from .quarto import DIV_CLOSE, DIV_OPEN, cell_options, chapter_numbers
 
 HEADING_LABEL = re.compile(r"^(#+ .*?)\s*\{#((?:sec)-[\w-]+)[^}]*\}\s*$", re.M)
 HEADING_ATTRS = re.compile(r"^(#+ .*?)\s*\{[^}]*\}\s*$", re.M)
@@ -34,9 +34,8 @@ class Target:
 def collect_targets(pages: list[tuple[str, object]]) -> dict[str, Target]:
     """Label -> where it lives and how a reference to it reads ("Figure 2.3", a section title)."""
     targets: dict[str, Target] = {}
-    for position, (href, notebook) in enumerate(pages):
-        prefix = re.match(r"(\d+)-", Path(href).name)
-        number = int(prefix.group(1)) if prefix else position
+    sources = ["\n".join(c.source for c in notebook.cells if c.cell_type == "markdown") for _, notebook in pages]
+    for (href, notebook), number in zip(pages, chapter_numbers(sources), strict=True):
         counts = {"fig": 0, "tbl": 0, "eq": 0}
 
         def add(label: str, kind: str, href=href, number=number, counts=counts) -> None:

@@ -66,3 +66,23 @@ def captioned(text: str) -> list[Captioned]:
         if label.startswith(("fig-", "tbl-")) and cell not in inside:
             found.append(Captioned(label, options.get("fig-cap") or options.get("tbl-cap") or "", False, (cell,)))
     return found
+
+
+UNNUMBERED = re.compile(r"^# .*\{[^}]*(?:\.unnumbered\b|(?<=[{\s])-(?=[\s}]))[^}]*\}\s*$", re.M)
+
+
+def is_numbered(markdown: str) -> bool:
+    """Whether Quarto numbers a page as a chapter: its ``#`` heading is not marked ``{.unnumbered}``."""
+    return not UNNUMBERED.search(markdown)
+
+
+def chapter_numbers(sources: list[str]) -> list[int | None]:
+    """The chapter number Quarto gives each page of a book, from the pages' sources in book order."""
+    numbers, count = [], 0
+    for source in sources:
+        if is_numbered(source):
+            count += 1
+            numbers.append(count)
+        else:
+            numbers.append(None)
+    return numbers
