@@ -102,7 +102,7 @@ TYPED_NUMBER = re.compile(r"(?<![\w.-])[-+]?\d[\d,.]*(?![\w-])")
 
 def _typed_numbers(caption: str) -> list[str]:
     text = quarto.INLINE.sub("", caption)
-    text = re.sub(r"\b(?:Table|Figure|Section|Eq\.)\s+\d+", "", text)  # a paper's own numbering is a name
+    text = re.sub(r"\b(?:Table|Figure|Section|Eq\.|[Ww]orked example)\s+\d+", "", text)  # numbering is a name
     text = re.sub(r"\[[^\]]*@[^\]]*\]|@(?:fig|tbl|eq|sec)-[\w-]+|\$[^$]*\$", "", text)
     return TYPED_NUMBER.findall(text)
 

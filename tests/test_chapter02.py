@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from matplotlib.colors import to_hex
 
 from servebook import memory, models
+from servebook.book import scenarios
 from servebook.book.figures import _style
 from servebook.book.figures import kv as kv_figures
 from servebook.book.widgets import kv as kv_widget
@@ -20,7 +21,8 @@ from servebook.units import DTYPE_BYTES, GB, UNITS, GiB, KiB, MiB
 
 
 def test_c1_small_model_is_one_and_a_half_mib():
-    toy = ModelSpec("toy", n_layers=6, d_model=512, n_heads=8)
+    toy = scenarios.KV_TOY
+    assert (toy.n_layers, toy.d_model, toy.n_heads, toy.attention) == (6, 512, 8, "MHA")
     fp16 = memory.kv_cache_bytes(toy, seq_len=128, batch=1, dtype="fp16")
     int8 = memory.kv_cache_bytes(toy, seq_len=128, batch=1, dtype="int8")
     assert fp16 == 1_572_864 == 2 * 1 * 128 * 6 * 512 * 2
@@ -29,26 +31,29 @@ def test_c1_small_model_is_one_and_a_half_mib():
 
 
 def test_c2_twelve_requests_fit_forty_gib_and_thirteen_do_not():
+    case = scenarios.KV_BUDGET
+    assert (case.model, case.seq_len, case.budget, case.dtype) == ("llama-2-13b", 4096, 40 * GiB, "fp16")
     per_request = memory.kv_cache_bytes("llama-2-13b", seq_len=4096, batch=1, dtype="fp16")
-    assert per_request == 3_355_443_200
+    assert per_request == case.per_request == 3_355_443_200
     assert per_request / GiB == 3.125
     assert f"{per_request / GB:.3f}" == "3.355"
     budget = 40 * GiB
     assert budget / per_request == 12.8
     b_max = memory.max_batch(budget, per_request)
-    assert b_max == 12
+    assert b_max == case.fits == 12
     assert (budget - b_max * per_request) / GiB == 2.5
     assert 12 * per_request / GiB == 37.5 and 13 * per_request / GiB == 40.625
     assert memory.kv_cache_bytes("llama-2-13b", seq_len=4096, batch=13) > budget
 
 
 def test_c2_budget_read_as_gb_holds_eleven():
-    per_request = memory.kv_cache_bytes("llama-2-13b", seq_len=4096)
-    assert memory.max_batch(40 * GB, per_request) == 11
+    case = scenarios.KV_BUDGET
+    assert memory.max_batch(case.budget_gib * GB, case.per_request) == 11
 
 
 def test_l2_1_one_request_is_about_1_07_gb_and_exactly_one_gib():
-    spec = ModelSpec("7B-class", n_layers=32, d_model=4096, n_heads=32)
+    spec = scenarios.KV_7B_CLASS
+    assert (spec.n_layers, spec.d_model, spec.attention) == (32, 4096, "MHA")
     one = memory.kv_cache_bytes(spec, seq_len=2048, batch=1, dtype="fp16")
     assert one == 1_073_741_824 == 2**30 == GiB
     assert f"{one:.3e}" == "1.074e+09"
@@ -276,13 +281,22 @@ def test_figure_registry_lists_the_four_kv_figures():
     assert set(kv_figures.FIGURES) == {"kv-growth", "kv-batch-limit", "kv-per-token", "kv-gib-vs-gb"}
 
 
-def test_the_numbers_in_the_figure_captions():
-    # fig-kv-growth: batch 16 fills 40 GiB at 3,276 tokens; batch 8 is still under it at 4,096.
-    per_token = memory.kv_bytes_per_token("llama-2-13b")
-    assert memory.max_batch(40 * GiB, 16 * per_token) == 3276
+def test_batch_16_fills_forty_gib_at_3276_tokens_and_batch_8_fits_4096():
+    case = scenarios.KV_BUDGET
+    assert [case.longest(b) >= case.seq_len for b in case.growth_batches] == [True, True, True, False]
+    assert case.longest(16) == 3276 and case.longest(8) == 6553
     assert memory.kv_cache_bytes("llama-2-13b", seq_len=4096, batch=8) <= 40 * GiB
-    # fig-kv-gib-vs-gb: 2.4 % at the kilo prefix, 7.4 % at the giga prefix.
+
+
+def test_binary_units_are_2_4_percent_larger_at_kilo_and_7_4_at_giga():
     assert [f"{100 * (UNITS[b] / UNITS[d] - 1):.1f}" for b, d in [("KiB", "KB"), ("GiB", "GB")]] == ["2.4", "7.4"]
+
+
+def test_the_widget_starts_on_worked_example_2():
+    pytest.importorskip("ipywidgets")
+    case = scenarios.KV_BUDGET
+    text = kv_widget.kv_calculator_text(case.model, seq_len=case.seq_len, budget=case.budget_gib)
+    assert kv_widget.kv_calculator().children[1].value == f"<pre>{html.escape(text)}</pre>"
 
 
 def test_fmt_unit_refuses_an_unknown_family():

@@ -10,6 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from servebook import memory, models, roofline
+from servebook.book import scenarios
+from servebook.book.speedup import weight_scheme_speedup
 from servebook.units import GB, GiB, MiB
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -111,12 +113,13 @@ def test_l11_prefill_is_compute_bound_and_decode_memory_bound():
     assert b.tokens_per_s == pytest.approx(78, abs=1)
 
 
-def test_figure_caption_claims_for_the_roofline():
-    # Chapter 01's caption: all decode points (batch 1..256, context 512) left of the ridge, prefill right.
-    for batch in (1, 16, 64, 256):
-        assert roofline.bound(roofline.decode_step(LLAMA13, batch, 512), A100).bound == "memory"
-    for batch, prompt in ((1, 512), (8, 2048)):
-        assert roofline.bound(roofline.prefill_step(LLAMA13, batch, prompt), A100).bound == "compute"
+def test_chapter_01_decode_steps_are_memory_bound_and_its_prefills_compute_bound():
+    # Decode at batch 1..256 with 512 tokens cached stays left of the ridge; prefills sit right of it.
+    case = scenarios.PREFILL_DECODE
+    assert (case.spec, case.device) == (LLAMA13, A100)
+    assert [b.bound for b in case.decode_bounds()] == ["memory"] * 4
+    assert all(b.step.intensity < roofline.ridge_point(A100) for b in case.decode_bounds())
+    assert [b.bound for b in case.prefill_bounds()] == ["compute"] * 2
 
 
 # --- properties -------------------------------------------------------------------------------------
@@ -193,11 +196,11 @@ def test_w4a16_weights_carry_group_scales():
     assert step.weight_bytes == memory.weight_bytes(n, "int4", group_size=128) > n // 2
 
 
-def test_quant_speedup_caption_numbers():
-    # Chapter 01, fig-quant-speedup: x3.85 at one token, x0.80 at 16,384, W8A8 x2.00.
+def test_w4a16_is_3_85_times_as_fast_at_one_token_and_0_80_at_16384_w8a8_twice_at_both():
+    case = scenarios.PREFILL_DECODE
     def speed(tokens, weights):
-        base = roofline.bound(roofline.prefill_step(LLAMA13, tokens, 1), A100).time
-        return base / roofline.bound(roofline.prefill_step(LLAMA13, tokens, 1, weights), A100).time
+        return weight_scheme_speedup(case.spec, case.device, tokens, weights)
+    assert case.max_step_tokens == 16_384
     assert round(speed(1, "W4A16"), 2) == 3.85 and round(speed(16_384, "W4A16"), 2) == 0.80
     assert round(speed(1, "W8A8"), 2) == round(speed(16_384, "W8A8"), 2) == 2.00
 

@@ -14,10 +14,10 @@ from functools import cached_property, lru_cache
 
 import torch
 
-from .. import advisor, batching, gpus, memory, models, quant, roofline
+from .. import advisor, batching, gpus, memory, models, paging, quant, roofline
 from ..advisor import Workload
 from ..checks import choice
-from ..units import GiB
+from ..units import GB, GiB
 
 # ---------------------------------------------------------------------------
 # Chapter 04: one server under batched traffic.
@@ -142,3 +142,203 @@ LEVER_SCENARIOS: dict[str, Scenario] = {
         "batch (16), throughput is all that matters, and the model barely fits the GPU (a 70B model in BF16 on "
         "one 141 GB H200)."),
 }
+
+
+# --- Chapter 01: one model on one GPU, the steps on its roofline, and the two memory buckets.
+
+
+@dataclass(frozen=True)
+class RooflineCase:
+    """A model on a GPU, with the decode and prefill steps chapter 01 places on the GPU's roofline.
+
+    ``context_len`` is the cache every decode step of the chapter reads; ``max_step_tokens`` the
+    largest step whose speed under each weight scheme the chapter plots.
+    """
+
+    model: str = "llama-2-13b"
+    gpu: str = "a100-80gb-sxm"
+    context_len: int = 512
+    decode_batches: tuple[int, ...] = (1, 16, 64, 256)
+    prefills: tuple[tuple[int, int], ...] = ((1, 512), (8, 2048))   # (batch, prompt_len)
+    max_step_tokens: int = 16_384
+
+    @cached_property
+    def spec(self) -> models.ModelSpec:
+        return models.get(self.model)
+
+    @cached_property
+    def device(self) -> gpus.GPU:
+        return gpus.get(self.gpu)
+
+    def decode_bounds(self) -> list[roofline.Bound]:
+        """One decode step per batch size of ``decode_batches``, at ``context_len`` tokens cached."""
+        return [roofline.bound(roofline.decode_step(self.spec, batch, self.context_len), self.device)
+                for batch in self.decode_batches]
+
+    def prefill_bounds(self) -> list[roofline.Bound]:
+        """One prefill step per ``(batch, prompt_len)`` of ``prefills``."""
+        return [roofline.bound(roofline.prefill_step(self.spec, batch, prompt), self.device)
+                for batch, prompt in self.prefills]
+
+
+PREFILL_DECODE = RooflineCase()
+"""Chapter 01's pair: Llama-2-13B on an A100 80GB SXM, decode at 512 tokens cached (its exercises reuse it)."""
+
+
+@dataclass(frozen=True)
+class MemoryBuckets:
+    """A model's weights and a batch's KV cache on one GPU of ``gpu_gb`` GB, for each weight precision."""
+
+    n_params: int = 13 * 10**9
+    model: str = "llama-2-13b"     # whose FP16 KV cache
+    seq_len: int = 4096
+    batch: int = 16
+    gpu_gb: int = 80
+
+    @property
+    def gpu(self) -> int:
+        return self.gpu_gb * GB
+
+    @property
+    def kv(self) -> int:
+        return memory.kv_cache_bytes(self.model, seq_len=self.seq_len, batch=self.batch)
+
+    def weights(self, dtype: str = "fp16") -> int:
+        return memory.weight_bytes(self.n_params, dtype)
+
+    def free(self, dtype: str = "fp16") -> int:
+        """Bytes of the GPU neither bucket fills."""
+        return self.gpu - self.weights(dtype) - self.kv
+
+
+MEMORY_BUCKETS = MemoryBuckets()
+"""Chapter 01's two buckets: a 13B model serving 16 requests of 4,096 tokens on an 80 GB GPU."""
+
+
+# --- Chapter 02: a KV cache in a memory budget.
+
+
+@dataclass(frozen=True)
+class KVBudget:
+    """Requests of ``seq_len`` tokens whose KV cache must fit ``budget_gib`` GiB.
+
+    ``growth_batches`` are the batch sizes whose growth in sequence length the chapter draws.
+    """
+
+    model: str = "llama-2-13b"
+    seq_len: int = 4096
+    budget_gib: int = 40
+    dtype: str = "fp16"
+    growth_batches: tuple[int, ...] = (1, 4, 8, 16)
+
+    @cached_property
+    def spec(self) -> models.ModelSpec:
+        return models.get(self.model)
+
+    @property
+    def budget(self) -> int:
+        return self.budget_gib * GiB
+
+    @property
+    def per_token(self) -> int:
+        return memory.kv_bytes_per_token(self.spec, self.dtype)
+
+    @property
+    def per_request(self) -> int:
+        return memory.kv_cache_bytes(self.spec, seq_len=self.seq_len, dtype=self.dtype)
+
+    @property
+    def fits(self) -> int:
+        """Requests of ``seq_len`` tokens that fit the budget (floor)."""
+        return memory.max_batch(self.budget, self.per_request)
+
+    def longest(self, batch: int) -> int:
+        """The most tokens each of ``batch`` requests can hold within the budget."""
+        return memory.max_batch(self.budget, batch * self.per_token)
+
+
+KV_BUDGET = KVBudget()
+"""Chapter 02's worked example 2: Llama-2-13B in FP16, requests of 4,096 tokens, 40 GiB for the KV cache."""
+
+KV_TOY = models.ModelSpec("6-layer toy", n_layers=6, d_model=512, n_heads=8)
+"""Chapter 02's worked example 1: a small multi-head model (6 layers, d_model 512, 8 heads)."""
+
+KV_7B_CLASS = models.ModelSpec("7B-class", n_layers=32, d_model=4096, n_heads=32)
+"""Chapter 02's exercise 2: a 7B-class model with multi-head attention (32 layers, d_model 4096)."""
+
+
+# --- Chapter 03: one request naive against paged, the walk-through, the chatbot, lengths for a block size.
+
+
+@dataclass(frozen=True)
+class PagedRequest:
+    """One request of ``n_tokens`` on a naive server reserving ``max_len`` slots, or in blocks of ``block_size``."""
+
+    n_tokens: int = 100
+    max_len: int = 2048
+    block_size: int = 16
+
+    @property
+    def naive_waste(self) -> int:
+        return paging.naive_waste(self.n_tokens, self.max_len)
+
+    @property
+    def blocks(self) -> int:
+        return paging.blocks_needed(self.n_tokens, self.block_size)
+
+    @property
+    def slots(self) -> int:
+        return paging.paged_slots(self.n_tokens, self.block_size)
+
+    @property
+    def paged_waste(self) -> int:
+        return paging.paged_waste(self.n_tokens, self.block_size)
+
+
+PAGED_REQUEST = PagedRequest()
+"""Chapter 03's worked example 2 (and chapter 01's paging lever): 100 tokens, ``max_len`` 2,048, blocks of 16."""
+
+
+def paging_walkthrough() -> paging.PagedAllocator:
+    """Chapter 03's walk-through: two samples of one prompt, then a second request with the same prefix."""
+    kv = paging.PagedAllocator(num_blocks=12, block_size=4, prefix_caching=True)
+    prompt = [101, 102, 103, 104, 105, 106, 107, 108, 109, 110]
+    kv.allocate("A", prompt)
+    kv.fork("A", "A'")
+    kv.append("A", 201)
+    kv.append("A'", 301)
+    kv.allocate("B", prompt[:8] + [401, 402, 403, 404, 405])
+    return kv
+
+
+def chat_sessions(slots_per_session: int, weight_dtype: str = "fp16") -> memory.CapacityPlan:
+    """Chapter 03's chatbot on chapter 04's server: sessions that each hold ``slots_per_session`` KV slots.
+
+    The server (Llama-2-13B, a 40 GiB A100, 4 GiB of overhead) is :data:`BATCHING_SERVER`, with its
+    weights stored in ``weight_dtype``.
+    """
+    server = BATCHING_SERVER
+    return memory.capacity_plan(gpu=gpus.get(server.gpu).memory,
+                                weights=memory.weight_bytes(server.spec.n_params, weight_dtype),
+                                per_request=slots_per_session * memory.kv_bytes_per_token(server.spec),
+                                overhead=server.overhead)
+
+
+@dataclass(frozen=True)
+class LengthMix:
+    """Chat-like request lengths (log-normal, seeded) against which chapter 03 chooses a block size."""
+
+    n_requests: int = 2000
+    mean: int = 300
+    sigma: float = 1.0
+    seed: int = 0
+    block_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)
+
+    @cached_property
+    def lengths(self) -> tuple[int, ...]:
+        return tuple(int(n) for n in batching.lognormal_lengths(self.n_requests, mean=self.mean,
+                                                                 sigma=self.sigma, seed=self.seed))
+
+
+BLOCK_SIZE_MIX = LengthMix()
+"""Chapter 03's lengths for choosing a block size: 2,000 requests, mean 300 tokens, seed 0."""

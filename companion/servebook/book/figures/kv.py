@@ -9,6 +9,7 @@ from matplotlib.patches import Rectangle
 
 from ... import memory, models
 from ...units import GB, UNITS, GiB, KiB
+from .. import scenarios
 from . import _style
 
 # One colour per attention variant; MHA keeps the book's KV teal.
@@ -18,21 +19,18 @@ REAL_MODELS = ("llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b", "llama-
                "mistral-7b", "llama-3.2-1b", "qwen2.5-0.5b", "falcon-7b")
 
 
-def kv_growth(model: str = "llama-2-13b", batches: tuple[int, ...] = (1, 4, 8, 16),
-              max_seq_len: int = 4096, budget_gib: int = 40) -> Figure:
+def kv_growth(case: scenarios.KVBudget = scenarios.KV_BUDGET) -> Figure:
     """KV-cache GiB against sequence length, one line per batch, and where each line meets the budget."""
-    spec = models.get(model)
-    per_token = memory.kv_bytes_per_token(spec)
-    budget = budget_gib * GiB
+    per_token, budget_gib, max_seq_len = case.per_token, case.budget_gib, case.seq_len
     seq = np.linspace(0, max_seq_len, 65)
     fig, ax = _style.new_figure(7.0, 3.8)
     with matplotlib.rc_context(_style.RC):
-        for batch, colour in zip(batches, _style.SEQUENCE, strict=False):
+        for batch, colour in zip(case.growth_batches, _style.SEQUENCE, strict=False):
             ax.plot(seq, batch * seq * per_token / GiB, color=colour, linewidth=2)
             end = batch * max_seq_len * per_token / GiB
             ax.annotate(f"B = {batch}", (max_seq_len, min(end, budget_gib * 1.3)), xytext=(4, 0),
                         textcoords="offset points", va="center", color=colour)
-            longest = memory.max_batch(budget, batch * per_token)  # tokens per request that fit
+            longest = case.longest(batch)  # tokens per request that fit
             if longest < max_seq_len:
                 ax.plot([longest], [batch * longest * per_token / GiB], "o", color=colour)
                 ax.annotate(f"B = {batch} fills the budget\nat S = {longest:,}", (longest, budget_gib),
@@ -42,20 +40,16 @@ def kv_growth(model: str = "llama-2-13b", batches: tuple[int, ...] = (1, 4, 8, 1
                     textcoords="offset points", color=_style.WASTE)
         ax.set_xlabel("sequence length S (tokens per request)")
         ax.set_ylabel("KV cache (GiB)")
-        ax.set_title(f"{spec.name}, FP16: KV bytes grow linearly in S and in B")
+        ax.set_title(f"{case.spec.name}, FP16: KV bytes grow linearly in S and in B")
         ax.set_xlim(0, max_seq_len)
         ax.set_ylim(0, budget_gib * 1.3)
         ax.set_xticks(np.arange(0, max_seq_len + 1, 1024))
     return fig
 
 
-def kv_batch_limit(model: str = "llama-2-13b", seq_len: int = 4096, budget_gib: int = 40,
-                   max_requests: int = 14) -> Figure:
+def kv_batch_limit(case: scenarios.KVBudget = scenarios.KV_BUDGET, max_requests: int = 14) -> Figure:
     """KV cache of B requests for B = 1, 2, ...: bars that fit the budget in teal, the rest in red."""
-    spec = models.get(model)
-    per_request = memory.kv_cache_bytes(spec, seq_len=seq_len)
-    budget = budget_gib * GiB
-    fits = memory.max_batch(budget, per_request)
+    per_request, budget_gib, fits = case.per_request, case.budget_gib, case.fits
     batches = np.arange(1, max_requests + 1)
     totals = batches * per_request / GiB
     fig, ax = _style.new_figure(7.0, 3.6)
@@ -65,7 +59,7 @@ def kv_batch_limit(model: str = "llama-2-13b", seq_len: int = 4096, budget_gib: 
         ax.axhline(budget_gib, color=_style.MUTED, linestyle="--", linewidth=1)
         ax.annotate(f"budget {budget_gib} GiB", (0.5, budget_gib), xytext=(0, 4), textcoords="offset points",
                     color=_style.MUTED)
-        left = (budget - fits * per_request) / GiB
+        left = (case.budget - fits * per_request) / GiB
         ax.annotate(f"{fits} requests: {fits * per_request / GiB:g} GiB\n({left:g} GiB left idle)",
                     (fits, fits * per_request / GiB), xytext=(fits - 4, budget_gib * 1.12), ha="right",
                     color=_style.KV, arrowprops={"arrowstyle": "->", "color": _style.KV})
@@ -74,9 +68,10 @@ def kv_batch_limit(model: str = "llama-2-13b", seq_len: int = 4096, budget_gib: 
                     xytext=(fits + 1.5, totals.max() + 0.12 * budget_gib), ha="center", color=_style.WASTE,
                     arrowprops={"arrowstyle": "->", "color": _style.WASTE})
         ax.set_xticks(batches)
-        ax.set_xlabel(f"batch B (requests of S = {seq_len:,} tokens)")
+        ax.set_xlabel(f"batch B (requests of S = {case.seq_len:,} tokens)")
         ax.set_ylabel("KV cache (GiB)")
-        ax.set_title(f"{spec.name}, FP16: {per_request / GiB:g} GiB per request, so {fits} fit in {budget_gib} GiB")
+        ax.set_title(f"{case.spec.name}, FP16: {per_request / GiB:g} GiB per request, "
+                     f"so {fits} fit in {budget_gib} GiB")
         ax.set_ylim(0, max(totals.max(), budget_gib) * 1.3)
         ax.grid(axis="x", visible=False)
     return fig
@@ -103,11 +98,11 @@ def kv_per_token(names: tuple[str, ...] = REAL_MODELS, dtype: str = "fp16") -> F
     return fig
 
 
-def kv_gib_vs_gb(model: str = "llama-2-13b", seq_len: int = 4096, budget: int = 40) -> Figure:
+def kv_gib_vs_gb(case: scenarios.KVBudget = scenarios.KV_BUDGET) -> Figure:
     """The binary-decimal gap per prefix, and what it does to one budget read both ways."""
     prefixes = [("K", "KiB", "KB"), ("M", "MiB", "MB"), ("G", "GiB", "GB"), ("T", "TiB", "TB")]
     gaps = [100 * (UNITS[binary] / UNITS[decimal] - 1) for _, binary, decimal in prefixes]
-    per_request = memory.kv_cache_bytes(models.get(model), seq_len=seq_len)
+    per_request, budget = case.per_request, case.budget_gib
     budgets = {f"{budget} GiB": budget * GiB, f"{budget} GB": budget * GB}
     fig, (left, right) = _style.new_figure(7.6, 3.6, ncols=2, width_ratios=[1, 1.15])
     with matplotlib.rc_context(_style.RC):

@@ -7,18 +7,18 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import ConnectionPatch, Rectangle
 
-from ... import batching, paging
 from ...paging import PagedAllocator
+from .. import scenarios
+from ..tail_waste import mean_tail_waste, tail_share
 from . import _style
 
 TAIL = "#f0ad4e"  # amber: the empty tail of the last block
 
 
-def naive_vs_paged(n_tokens: int = 100, max_len: int = 2048, block_size: int = 16) -> Figure:
+def naive_vs_paged(request: scenarios.PagedRequest = scenarios.PAGED_REQUEST) -> Figure:
     """Token slots of one request: a naive max_len reservation against whole blocks (seed case C4)."""
-    naive_waste = paging.naive_waste(n_tokens, max_len)
-    n_blocks = paging.blocks_needed(n_tokens, block_size)
-    tail = paging.paged_waste(n_tokens, block_size)
+    n_tokens, max_len, block_size = request.n_tokens, request.max_len, request.block_size
+    naive_waste, n_blocks, tail = request.naive_waste, request.blocks, request.paged_waste
     fig, (top, zoom) = _style.new_figure(7.2, 3.8, nrows=2, height_ratios=[1.1, 1])
     with matplotlib.rc_context(_style.RC):
         for ax in (top, zoom):
@@ -56,15 +56,8 @@ def naive_vs_paged(n_tokens: int = 100, max_len: int = 2048, block_size: int = 1
 
 
 def _walkthrough_allocator() -> PagedAllocator:
-    """The chapter's walk-through: two samples of one prompt, and a second request with the same prefix."""
-    kv = PagedAllocator(num_blocks=12, block_size=4, prefix_caching=True)
-    prompt = [101, 102, 103, 104, 105, 106, 107, 108, 109, 110]
-    kv.allocate("A", prompt)
-    kv.fork("A", "A'")
-    kv.append("A", 201)
-    kv.append("A'", 301)
-    kv.allocate("B", prompt[:8] + [401, 402, 403, 404, 405])
-    return kv
+    """The chapter's walk-through (see :func:`servebook.book.scenarios.paging_walkthrough`)."""
+    return scenarios.paging_walkthrough()
 
 
 def block_tables(allocator: PagedAllocator | None = None) -> Figure:
@@ -138,13 +131,11 @@ def block_tables(allocator: PagedAllocator | None = None) -> Figure:
     return fig
 
 
-def waste_vs_block_size(n_tokens_mean: int = 300, block_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128),
-                        seed: int = 0, n_requests: int = 2000) -> Figure:
+def waste_vs_block_size(mix: scenarios.LengthMix = scenarios.BLOCK_SIZE_MIX) -> Figure:
     """Tail waste per request against block size: about (block_size - 1) / 2, never more than block_size - 1."""
-    lengths = batching.lognormal_lengths(n_requests, mean=n_tokens_mean, sigma=1.0, seed=seed)
-    mean_waste = [np.mean([paging.paged_waste(int(n), b) for n in lengths]) for b in block_sizes]
-    share = [np.sum([paging.paged_waste(int(n), b) for n in lengths]) /
-             np.sum([paging.paged_slots(int(n), b) for n in lengths]) for b in block_sizes]
+    block_sizes = mix.block_sizes
+    mean_waste = [mean_tail_waste(mix.lengths, b) for b in block_sizes]
+    share = [tail_share(mix.lengths, b) for b in block_sizes]
     fig, (left, right) = _style.new_figure(7.2, 3.2, ncols=2)
     with matplotlib.rc_context(_style.RC):
         left.plot(block_sizes, mean_waste, "o-", color=TAIL, label="mean tail waste (simulated lengths)")
@@ -161,7 +152,7 @@ def waste_vs_block_size(n_tokens_mean: int = 300, block_sizes: tuple[int, ...] =
         right.set_xlabel("block size b (tokens)")
         right.set_ylabel("share of reserved slots empty (%)")
         right.set_ylim(0, None)
-        fig.suptitle(f"Tail waste grows with the block size ({n_requests:,} requests, mean {n_tokens_mean} tokens)",
+        fig.suptitle(f"Tail waste grows with the block size ({mix.n_requests:,} requests, mean {mix.mean} tokens)",
                      fontsize=10)
     return fig
 

@@ -7,18 +7,17 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ... import roofline
+from .. import scenarios
+from ..speedup import weight_scheme_speedup
 from . import _style
 
 PREFILL = _style.SEQUENCE[3]  # purple: prefill points
 DECODE = _style.ACCENT        # blue: decode points
 
 
-
-def roofline_prefill_decode(model: str = "llama-2-13b", gpu: str = "a100-80gb-sxm", context_len: int = 512,
-                            decode_batches: tuple[int, ...] = (1, 16, 64, 256),
-                            prefills: tuple[tuple[int, int], ...] = ((1, 512), (8, 2048))) -> Figure:
+def roofline_prefill_decode(case: scenarios.RooflineCase = scenarios.PREFILL_DECODE) -> Figure:
     """The GPU's roofline with the model's decode steps (left of the ridge) and prefill steps (right)."""
-    device = roofline.gpu(gpu)
+    device = case.device
     ridge = roofline.ridge_point(device)
     x = np.logspace(-0.5, 5, 200)
     fig, ax = _style.new_figure(7.2, 4.2)
@@ -35,15 +34,13 @@ def roofline_prefill_decode(model: str = "llama-2-13b", gpu: str = "a100-80gb-sx
         ax.annotate(f"{device.fp16_flops / 1e12:,.0f} TFLOP/s dense FP16", (2e3, device.fp16_flops / 1e12),
                     xytext=(0, 5), textcoords="offset points", color=_style.MUTED, fontsize=9)
 
-        for i, batch in enumerate(decode_batches):
-            b = roofline.bound(roofline.decode_step(model, batch, context_len), device)
+        for i, (batch, b) in enumerate(zip(case.decode_batches, case.decode_bounds(), strict=True)):
             ax.plot(b.step.intensity, b.attainable_flops / 1e12, "o", color=DECODE, markersize=7,
-                    label=f"decode, context {context_len}" if i == 0 else None)
+                    label=f"decode, context {case.context_len}" if i == 0 else None)
             ax.annotate(f"B={batch}: {b.step.intensity:,.1f} FLOP/B, ≤ {b.tokens_per_s:,.0f} tok/s",
                         (b.step.intensity, b.attainable_flops / 1e12), xytext=(9, -4),
                         textcoords="offset points", ha="left", va="top", color=DECODE, fontsize=8.5)
-        for i, (batch, prompt) in enumerate(prefills):
-            b = roofline.bound(roofline.prefill_step(model, batch, prompt), device)
+        for i, ((batch, prompt), b) in enumerate(zip(case.prefills, case.prefill_bounds(), strict=True)):
             ax.plot(b.step.intensity, b.attainable_flops / 1e12, "s", color=PREFILL, markersize=7,
                     label="prefill" if i == 0 else None)
             ax.annotate(f"{batch}×{prompt}: {b.step.intensity:,.0f} FLOP/B",
@@ -51,30 +48,24 @@ def roofline_prefill_decode(model: str = "llama-2-13b", gpu: str = "a100-80gb-sx
                         textcoords="offset points", ha="center", color=PREFILL, fontsize=8.5)
         ax.set_xlabel("arithmetic intensity (FLOP per byte moved)")
         ax.set_ylabel("attainable TFLOP/s")
-        ax.set_title(f"{model} on {device.name}: decode on the slope, prefill under the roof")
+        ax.set_title(f"{case.model} on {device.name}: decode on the slope, prefill under the roof")
         ax.set_xlim(x[0], x[-1])
         ax.set_ylim(0.2, device.int8_ops / 1e12 * 2.5)
         ax.legend(loc="upper left", fontsize=9)
     return fig
 
 
-def quant_speedup(model: str = "llama-2-13b", gpu: str = "a100-80gb-sxm", max_tokens: int = 16_384) -> Figure:
+def quant_speedup(case: scenarios.RooflineCase = scenarios.PREFILL_DECODE) -> Figure:
     """Speed of W8A8 and W4A16 over W16A16 against the tokens a step processes: W4A16 wins small, loses big."""
-    device = roofline.gpu(gpu)
-    tokens = 2 ** np.arange(0, int(np.log2(max_tokens)) + 1)
-
-    def step_time(n: int, weights: str) -> float:
-        # n one-token sequences: the matmuls of an n-token step without an attention term that grows with n².
-        return roofline.bound(roofline.prefill_step(model, int(n), 1, weights), device).time
-
-    base = np.array([step_time(n, "W16A16") for n in tokens])
+    device = case.device
+    tokens = 2 ** np.arange(0, int(np.log2(case.max_step_tokens)) + 1)
     fig, ax = _style.new_figure(7.0, 3.8)
     with matplotlib.rc_context(_style.RC):
         ax.axhline(1, color=_style.MUTED, linewidth=1)
         ax.annotate("W16A16 (FP16 weights)", (tokens[-1], 1), xytext=(0, 4), textcoords="offset points",
                     ha="right", color=_style.MUTED, fontsize=9)
         for weights, colour in (("W4A16", _style.WEIGHTS), ("W8A8", _style.ACCENT)):
-            speed = base / np.array([step_time(n, weights) for n in tokens])
+            speed = np.array([weight_scheme_speedup(case.spec, device, int(n), weights) for n in tokens])
             ax.semilogx(tokens, speed, "o-", color=colour, base=2, label=weights, markersize=4)
             ax.annotate(f"×{speed[0]:.2f}", (tokens[0], speed[0]), xytext=(6, 4), textcoords="offset points",
                         color=colour, fontsize=9)
@@ -88,7 +79,7 @@ def quant_speedup(model: str = "llama-2-13b", gpu: str = "a100-80gb-sxm", max_to
         ax.set_xticks(ticks, [f"{t:,}" for t in ticks])
         ax.set_xlabel("tokens in the step (decode: batch size; prefill: batch × prompt)")
         ax.set_ylabel("speed vs W16A16 (roofline bound)")
-        ax.set_title(f"{model} on {device.name}: W4A16 wins small steps, loses big ones")
+        ax.set_title(f"{case.model} on {device.name}: W4A16 wins small steps, loses big ones")
         ax.set_ylim(0, 4.2)
         ax.legend(loc="upper right")
     return fig

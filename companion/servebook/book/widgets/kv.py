@@ -13,9 +13,10 @@ import math
 from fractions import Fraction
 from numbers import Real
 
-from ... import memory, models
+from ... import checks, memory, models
 from ...models import ModelSpec
 from ...units import DTYPE_BYTES, UNITS, bytes_per_element, canonical_dtype
+from ..scenarios import KV_BUDGET
 
 CUSTOM = "custom"
 BUDGET_UNITS = ("GiB", "GB")
@@ -33,12 +34,8 @@ def custom_model(n_layers: int, d_model: int, n_heads: int, n_kv_heads: int | No
 
 def budget_bytes(budget: Real, unit: str = "GiB") -> int:
     """``budget`` of ``unit`` ("GiB" or "GB") in whole bytes (a partial byte holds nothing: floor)."""
-    if unit not in BUDGET_UNITS:
-        raise ValueError(f"budget_unit must be one of {', '.join(BUDGET_UNITS)}, got {unit!r}")
-    if isinstance(budget, bool) or not isinstance(budget, Real):
-        raise TypeError(f"budget must be a number of {unit}, got {budget!r}")
-    if not math.isfinite(budget) or budget <= 0:
-        raise ValueError(f"budget must be a positive, finite number of {unit}, got {budget}")
+    checks.choice("budget_unit", unit, BUDGET_UNITS)
+    checks.positive(f"budget ({unit})", budget)
     # Through str, so that 69.5 means 69.5 and not the binary float nearest to it.
     return math.floor(Fraction(str(budget)) * UNITS[unit])
 
@@ -54,8 +51,7 @@ def _plural(count, noun: str) -> str:
 
 def fmt_unit(n_bytes: int, family: str = "binary") -> str:
     """``n_bytes`` in the largest unit of ``family`` ("binary": KiB..GiB, "decimal": KB..GB) it reaches."""
-    if family not in ("binary", "decimal"):
-        raise ValueError(f"family must be 'binary' or 'decimal', got {family!r}")
+    checks.choice("family", family, ("binary", "decimal"))
     index = 0 if family == "binary" else 1
     for pair in _UNIT_PAIRS:
         if n_bytes >= UNITS[pair[index]]:
@@ -79,7 +75,7 @@ def kv_calculator_rows(model: ModelSpec | str, seq_len: int, batch: int = 1, dty
     fits ``budget`` (floor), whether ``batch`` fits, and the longest sequence
     each of ``batch`` requests could have within the budget.
     """
-    spec = model if isinstance(model, ModelSpec) else models.get(model)
+    spec = models.resolve(model)
     dtype = canonical_dtype(dtype)
     budget_b = budget_bytes(budget, budget_unit)
     per_token = memory.kv_bytes_per_token(spec, dtype)
@@ -118,8 +114,13 @@ def kv_calculator_text(model: ModelSpec | str, seq_len: int, batch: int = 1, dty
     return "\n".join(f"{label:<12} {value}" for label, value in rows)
 
 
-def kv_calculator(model: str = "llama-2-13b", seq_len: int = 4096, batch: int = 1, dtype: str = "fp16",
-                  budget: float = 40.0, budget_unit: str = "GiB"):
+# The boxes a "custom" model's shape is typed in: field -> (label, largest value).
+_SHAPE_BOXES = {"n_layers": ("layers L", 10_000), "d_model": ("d_model", 10**6), "n_heads": ("heads", 10_000),
+                "n_kv_heads": ("KV heads", 10_000)}
+
+
+def kv_calculator(model: str = KV_BUDGET.model, seq_len: int = KV_BUDGET.seq_len, batch: int = 1,
+                  dtype: str = KV_BUDGET.dtype, budget: float = float(KV_BUDGET.budget_gib), budget_unit: str = "GiB"):
     """The interactive calculator (ipywidgets): pick a model or type a shape, see the KV bytes and what fits.
 
     Picking a registry model fills in its shape; picking "custom" lets you type
@@ -129,16 +130,11 @@ def kv_calculator(model: str = "llama-2-13b", seq_len: int = 4096, batch: int = 
     import ipywidgets as w
 
     choices = [*models.names(), CUSTOM]
-    if model not in choices:
-        raise ValueError(f"model must be one of {', '.join(choices)}, got {model!r}")
+    checks.choice("model", model, choices)
     style = {"description_width": "110px"}
     model_box = w.Dropdown(options=choices, value=model, description="model", style=style)
-    shape = {
-        "n_layers": w.BoundedIntText(min=1, max=10_000, description="layers L", style=style),
-        "d_model": w.BoundedIntText(min=1, max=10**6, description="d_model", style=style),
-        "n_heads": w.BoundedIntText(min=1, max=10_000, description="heads", style=style),
-        "n_kv_heads": w.BoundedIntText(min=1, max=10_000, description="KV heads", style=style),
-    }
+    shape = {field: w.BoundedIntText(min=1, max=largest, description=label, style=style)
+             for field, (label, largest) in _SHAPE_BOXES.items()}
     seq_box = w.BoundedIntText(value=seq_len, min=1, max=10**8, description="seq len S", style=style)
     batch_box = w.BoundedIntText(value=batch, min=1, max=10**6, description="batch B", style=style)
     dtype_box = w.Dropdown(options=list(DTYPE_BYTES), value=canonical_dtype(dtype), description="dtype", style=style)

@@ -14,12 +14,13 @@ from fractions import Fraction
 from ... import memory, models, paging
 from ...models import ModelSpec
 from ...units import MiB
+from ..scenarios import PAGED_REQUEST
 
 
 def paging_explorer_text(n_tokens: int, block_size: int = 16, max_len: int = 2048,
                          model: ModelSpec | str = "llama-2-13b", dtype: str = "fp16") -> str:
     """Slots reserved, slots empty and their bytes for one ``n_tokens`` request, naive and paged."""
-    spec = model if isinstance(model, ModelSpec) else models.get(model)
+    spec = models.resolve(model)
     per_token = memory.kv_bytes_per_token(spec, dtype)
     naive_empty = paging.naive_waste(n_tokens, max_len)
     blocks = paging.blocks_needed(n_tokens, block_size)
@@ -42,8 +43,8 @@ def paging_explorer_text(n_tokens: int, block_size: int = 16, max_len: int = 204
     return "\n".join(f"{label:<12} {value}" for label, value in rows)
 
 
-def paging_explorer(n_tokens: int = 100, block_size: int = 16, max_len: int = 2048,
-                    model: str = "llama-2-13b"):
+def paging_explorer(n_tokens: int = PAGED_REQUEST.n_tokens, block_size: int = PAGED_REQUEST.block_size,
+                    max_len: int = PAGED_REQUEST.max_len, model: str = "llama-2-13b"):
     """The interactive explorer (ipywidgets): request length, block size and max_len; bad input shows its error."""
     import ipywidgets as w
 
