@@ -4,24 +4,33 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servebook import memory, models, roofline
+from servebook import memory, models
+from servebook.book import scenarios
 from servebook.book.widgets import capacity as widget
 from servebook.units import GB, GiB
 
-LLAMA13 = models.get("llama-2-13b")
-PER_USER = memory.kv_cache_bytes(LLAMA13, seq_len=4096)  # 3.125 GiB, from C2
+CASE = scenarios.CAPACITY            # C9: Llama-2-13B on an A100 80GB, 4 GiB overhead, users of 4,096 tokens
+BUDGET = scenarios.SEED_BUDGET       # L2.3, L4.1-L4.3: 13e9 weights, 16 x 4,096 tokens, 80 GB
+LLAMA13 = CASE.spec
+PER_USER = CASE.per_user             # 3.125 GiB, from C2
+SEED_W16, SEED_W4 = scenarios.C9_SEED_WEIGHTS["fp16"], scenarios.C9_SEED_WEIGHTS["int4"]
+
+
+def test_the_scenarios_are_the_seeds():
+    assert (CASE.gpu_memory, CASE.overhead, CASE.seq_len) == (80 * GiB, 4 * GiB, 4096)
+    assert (SEED_W16, SEED_W4) == (26 * GiB, 6.5 * GiB)
+    assert (BUDGET.gpu_memory, BUDGET.n_params, BUDGET.batch, BUDGET.seq_len) == (80 * GB, 13 * 10**9, 16, 4096)
+    assert BUDGET.kv == 16 * PER_USER
 
 
 def test_l23_weights_by_precision_and_factor_four():
-    n = 13 * 10**9
-    weights = [memory.weight_bytes(n, d) for d in ("fp16", "int8", "int4")]
+    weights = [BUDGET.weights(d) for d in ("fp16", "int8", "int4")]
     assert weights == [26 * GB, 13 * GB, 6.5 * GB]
     assert weights[0] / weights[2] == 4
 
 
 def test_c9_with_the_seeds_units():
-    fp16 = memory.capacity_plan(80 * GiB, 26 * GiB, PER_USER, overhead=4 * GiB)
-    int4 = memory.capacity_plan(80 * GiB, int(6.5 * GiB), PER_USER, overhead=4 * GiB)
+    fp16, int4 = CASE.plan(SEED_W16), CASE.plan(SEED_W4)
     assert PER_USER == 3.125 * GiB
     assert (fp16.kv_pool, int4.kv_pool) == (50 * GiB, 69.5 * GiB)
     assert (fp16.requests, int4.requests, int4.requests - fp16.requests) == (16, 22, 6)
@@ -31,48 +40,47 @@ def test_c9_with_the_seeds_units():
 def test_c9_in_exact_units_gives_the_same_users():
     # The seed's "26 GiB" is 26 GB = 24.2 GiB; the real Llama-2-13B has 13,015,864,320 parameters.
     assert LLAMA13.n_params == 13_015_864_320
-    assert round(memory.weight_bytes(13 * 10**9, "fp16") / GiB, 1) == 24.2
-    for n in (13 * 10**9, LLAMA13.n_params):
+    assert round(BUDGET.weights("fp16") / GiB, 1) == 24.2
+    for n in (BUDGET.n_params, LLAMA13.n_params):
         for dtype, group, users in (("fp16", None, 16), ("int4", None, 22), ("int4", 128, 22)):
             w = memory.weight_bytes(n, dtype, group_size=group)
-            assert memory.capacity_plan(80 * GiB, w, PER_USER, overhead=4 * GiB).requests == users
+            assert CASE.plan(w).requests == users
     # ... but the FP16 pool is no longer exactly full: about 1.8 GiB of slack.
-    exact = memory.capacity_plan(80 * GiB, memory.weight_bytes(13 * 10**9, "fp16"), PER_USER, overhead=4 * GiB)
+    exact = CASE.plan(BUDGET.weights("fp16"))
     assert round(exact.leftover / GiB, 2) == 1.79
 
 
-def test_c9_on_the_a100_as_nvidia_smi_reports_it():
-    a100 = roofline.gpu("a100-80gb-sxm")
-    plan = memory.capacity_plan(a100.memory, memory.weight_bytes(LLAMA13.n_params, "fp16"), PER_USER, 4 * GiB)
-    assert plan.requests == 16
+def test_c9_users_by_weight_precision_on_the_a100_as_nvidia_smi_reports_it():
+    # The real parameter count, exact bytes, the GPU table's memory: FP16, INT8, INT4 weights.
+    assert [CASE.users(d) for d in ("fp16", "int8", "int4")] == [16, 20, 22]
+    assert CASE.users("int4", group_size=128) == 22
 
 
 def test_l41_fits_on_paper_not_in_practice():
-    kv = memory.kv_cache_bytes(LLAMA13, seq_len=4096, batch=16)
-    weights = memory.weight_bytes(13 * 10**9, "fp16")
+    kv, gpu = BUDGET.kv, BUDGET.gpu_memory
+    weights = BUDGET.weights("fp16")
     assert round(kv / GB, 2) == 53.69 and round((weights + kv) / GB, 2) == 79.69
-    assert weights + kv <= 80 * GB                    # on paper: 0.31 GB to spare
-    assert round((80 * GB - weights - kv) / GB, 2) == 0.31
-    plan = memory.capacity_plan(80 * GB, weights, PER_USER, overhead=4 * GiB)
-    assert plan.requests < 16                         # with a realistic overhead, 16 do not fit
+    assert weights + kv <= gpu                        # on paper: 0.31 GB to spare
+    assert round((gpu - weights - kv) / GB, 2) == 0.31
+    plan = memory.capacity_plan(gpu, weights, PER_USER, overhead=CASE.overhead)
+    assert plan.requests < BUDGET.batch               # with a realistic overhead, 16 do not fit
 
 
 def test_l42_l43_int4_headroom_and_five_more():
-    kv = memory.kv_cache_bytes(LLAMA13, seq_len=4096, batch=16)
-    weights = memory.weight_bytes(13 * 10**9, "int4")
-    headroom = 80 * GB - weights - kv
+    kv, gpu = BUDGET.kv, BUDGET.gpu_memory
+    weights = BUDGET.weights("int4")
+    headroom = gpu - weights - kv
     assert round((weights + kv) / GB, 2) == 60.19 and round(headroom / GB, 2) == 19.81
     more = memory.max_batch(headroom, PER_USER)
     assert headroom / PER_USER == pytest.approx(5.90, abs=0.005)
     assert (more, 16 + more) == (5, 21)
-    assert memory.capacity_plan(80 * GB, weights, PER_USER).requests == 21
+    assert memory.capacity_plan(gpu, weights, PER_USER).requests == 21
 
 
-def test_the_figure_marks_16_20_22():
-    a100 = roofline.gpu("a100-80gb-sxm")
-    users = [memory.capacity_plan(a100.memory, memory.weight_bytes(LLAMA13.n_params, d), PER_USER, 4 * GiB).requests
-             for d in ("fp16", "int8", "int4")]
-    assert users == [16, 20, 22]
+def test_a_case_whose_weights_overflow_the_gpu_has_no_plan():
+    on_h100 = scenarios.CapacityCase("llama-2-70b", "h100-sxm")
+    assert on_h100.plan(on_h100.weights("fp16")) is None and on_h100.users("fp16") is None
+    assert on_h100.users("int8") > 0
 
 
 # --- properties ------------------------------------------------------------------------------------
@@ -104,14 +112,16 @@ def test_more_bits_never_fit_more_users_and_the_count_is_a_floor(model, gpu_gib,
 
 
 def test_capacity_text_reproduces_c9_with_real_units():
-    text = widget.capacity_text("llama-2-13b", "a100-80gb-sxm", weights="fp16", overhead=4, seq_len=4096)
+    text = widget.capacity_text(CASE.model, CASE.gpu, weights="fp16", overhead=CASE.overhead // GiB,
+                                seq_len=CASE.seq_len)
+    assert text == widget.capacity_text()  # the planner opens on the chapter's case
     assert "-> 16 requests of 3.125 GiB" in text
     assert "by precision fp16 16 | int8 20 | int4 22 users" in text
     assert "80GB HBM2e on the datasheet" in text
 
 
 def test_capacity_text_in_decimal_units_on_a_custom_gpu():
-    text = widget.capacity_text("llama-2-13b", "custom", weights="int4", overhead=0, seq_len=4096, unit="GB",
+    text = widget.capacity_text(CASE.model, "custom", weights="int4", overhead=0, seq_len=CASE.seq_len, unit="GB",
                                 gpu_memory=80)
     assert "custom GPU: 80,000,000,000 bytes" in text and "requests of 3.355 GB" in text
 
@@ -137,7 +147,7 @@ def test_the_widget_builds():
     (lambda: widget.capacity_text(overhead=-1), ValueError, "overhead must be a finite number"),
     (lambda: widget.capacity_text(gpu="a100"), ValueError, "known GPUs: a100-80gb-sxm"),
     (lambda: widget.capacity_text(gpu="custom"), ValueError, "needs gpu_memory"),
-    (lambda: widget.capacity_text(unit="MB"), ValueError, "unit must be one of GiB, GB"),
+    (lambda: widget.capacity_text(unit="MB"), ValueError, "unit must be one of 'GiB', 'GB'"),
     (lambda: widget.capacity_text(seq_len=0), ValueError, "seq_len must be >= 1"),
     (lambda: widget.capacity_text(weights="int3"), ValueError, "unknown dtype"),
 ])

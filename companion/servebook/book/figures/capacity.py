@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
-from ... import memory, models, roofline
+from ... import gpus
 from ...units import GB, GiB
 from .. import scenarios as scenarios_
 from . import _style
@@ -16,17 +18,13 @@ LABEL_NUDGE = {"fp16": 0, "int8": -3, "int4": 7}  # points: keeps the three end 
 PRECISION_COLOURS = {"fp16": _style.SEQUENCE[0], "int8": _style.SEQUENCE[3], "int4": _style.WEIGHTS}
 
 
-
-def memory_buckets(n_params: int = 13 * 10**9, model: str = "llama-2-13b", seq_len: int = 4096, batch: int = 16,
-                   gpu_gb: int = 80) -> Figure:
-    """Weights (orange) and KV cache (teal) stacked on an ``gpu_gb`` GB GPU, for FP16, INT8 and INT4 weights."""
-    spec = models.get(model)
-    kv = memory.kv_cache_bytes(spec, seq_len=seq_len, batch=batch)
-    gpu = gpu_gb * GB
+def memory_buckets(budget: scenarios_.SeedBudget = scenarios_.SEED_BUDGET) -> Figure:
+    """Weights (orange) and KV cache (teal) stacked on the budget's GPU, for FP16, INT8 and INT4 weights."""
+    kv, gpu = budget.kv, budget.gpu_memory
     fig, ax = _style.new_figure(7.2, 3.4)
     with matplotlib.rc_context(_style.RC):
         for row, dtype in enumerate(PRECISIONS):
-            weights = memory.weight_bytes(n_params, dtype)
+            weights = budget.weights(dtype)
             y = len(PRECISIONS) - 1 - row
             ax.barh(y, weights / GB, color=_style.WEIGHTS, height=0.6, label="weights" if row == 0 else None)
             ax.barh(y, kv / GB, left=weights / GB, color=_style.KV, height=0.6, label="KV cache" if row == 0 else None)
@@ -45,41 +43,37 @@ def memory_buckets(n_params: int = 13 * 10**9, model: str = "llama-2-13b", seq_l
         ax.set_yticks(range(len(PRECISIONS)), [f"{d.upper()} weights" for d in reversed(PRECISIONS)])
         ax.set_xlim(0, gpu / GB * 1.27)
         ax.set_xlabel("GB (10⁹ bytes)")
-        ax.set_title(f"{n_params / 1e9:g}B parameters + {batch} requests × {seq_len:,} tokens of FP16 KV "
-                     f"on one {gpu_gb} GB GPU")
+        ax.set_title(f"{budget.n_params / 1e9:g}B parameters + {budget.batch} requests × {budget.seq_len:,} tokens "
+                     f"of FP16 KV on one {gpu / GB:g} GB GPU")
         fig.legend(loc="outside lower center", ncols=3)
         ax.grid(axis="y", visible=False)
     return fig
 
 
-def users_that_fit(model: str = "llama-2-13b", gpu: str = "a100-80gb-sxm", overhead_gib: int = 4,
-                   max_seq_len: int = 4096, marked_seq_len: int = 4096) -> Figure:
-    """Concurrent users whose FP16 KV cache fits, against sequence length, one line per weight precision."""
-    spec = models.get(model)
-    device = roofline.gpu(gpu)
-    seq = np.arange(256, max_seq_len + 1, 32)
+def users_that_fit(case: scenarios_.CapacityCase = scenarios_.CAPACITY) -> Figure:
+    """Concurrent users whose KV cache fits, against sequence length up to the case's, one line per weight precision."""
+    spec, device = case.spec, gpus.get(case.gpu)
+    seq = np.arange(256, case.seq_len + 1, 32)
     fig, ax = _style.new_figure(7.0, 3.8)
     with matplotlib.rc_context(_style.RC):
         for dtype in PRECISIONS:
-            weights = memory.weight_bytes(spec.n_params, dtype)
-            users = [memory.capacity_plan(device.memory, weights, memory.kv_cache_bytes(spec, seq_len=int(s)),
-                                          overhead_gib * GiB).requests for s in seq]
+            weights = case.weights(dtype)
+            users = [replace(case, seq_len=int(s)).plan(weights).requests for s in seq]
             colour = PRECISION_COLOURS[dtype]
             ax.step(seq, users, where="post", color=colour, linewidth=2,
                     label=f"{dtype.upper()} weights ({weights / GiB:.1f} GiB)")
-            at = memory.capacity_plan(device.memory, weights, memory.kv_cache_bytes(spec, seq_len=marked_seq_len),
-                                      overhead_gib * GiB).requests
-            ax.plot([marked_seq_len], [at], "o", color=colour)
-            ax.annotate(f"{at}", (marked_seq_len, at), xytext=(6, LABEL_NUDGE[dtype]), textcoords="offset points",
+            at = case.users(dtype)
+            ax.plot([case.seq_len], [at], "o", color=colour)
+            ax.annotate(f"{at}", (case.seq_len, at), xytext=(6, LABEL_NUDGE[dtype]), textcoords="offset points",
                         va="center", color=colour, fontweight="bold")
         ax.set_yscale("log")
         ticks = [8, 16, 32, 64, 128, 256]
         ax.set_yticks(ticks, [str(t) for t in ticks])
         ax.set_xlabel("sequence length S per user (tokens)")
         ax.set_ylabel("users that fit (floor)")
-        ax.set_title(f"{spec.name} on {device.name} ({device.memory / GiB:g} GiB), {overhead_gib} GiB overhead, "
-                     "FP16 KV")
-        ax.set_xlim(seq[0], max_seq_len * 1.06)
+        ax.set_title(f"{spec.name} on {device.name} ({device.memory / GiB:g} GiB), {case.overhead / GiB:g} GiB "
+                     f"overhead, {case.kv_dtype.upper()} KV")
+        ax.set_xlim(seq[0], case.seq_len * 1.06)
         ax.legend(loc="upper right")
     return fig
 

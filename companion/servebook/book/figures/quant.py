@@ -1,7 +1,8 @@
 """Figures of the quantization-basics chapter: the grid, its ticks and gaps, ties, zero point, clipping, bits.
 
-Every number drawn is computed by :mod:`servebook.quant` on the seeds' example: weights in
-[-0.6, 0.9], INT4, r = 0.35 (C5), the outlier 1.4 (C6), the range [-1, 1] for bit widths (C8).
+Every number drawn is computed by :mod:`servebook.quant` on the seeds' examples, read from
+:mod:`servebook.book.scenarios`: weights in [-0.6, 0.9], INT4, r = 0.35 (C5), the outlier 1.4 (C6),
+the range [-1, 1] for bit widths (C8).
 """
 
 from __future__ import annotations
@@ -13,13 +14,13 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ... import quant
-from ...quant import Rounding
+from .. import scenarios, ties
 from . import _style
 
 GRID = "#b8860b"     # dark gold: representable values (the seeds' yellow ticks)
 TRUE = _style.WASTE  # red: the true weight
 SNAP = _style.ACCENT  # blue: where it lands
-ROUND = {Rounding.HALF_UP: quant.round_half_up, Rounding.HALF_EVEN: quant.round_half_even}
+R_MIN, R_MAX = scenarios.SEED_RANGE
 
 
 def _grid(r_min: str, r_max: str, bits: int):
@@ -38,7 +39,7 @@ def _number_line(ax, low, high):
     ax.spines[["left"]].set_visible(False)
 
 
-def quant_fence_posts(r_min: str = "-0.6", r_max: str = "0.9", widths: tuple[int, ...] = (2, 3, 4)) -> Figure:
+def quant_fence_posts(r_min: str = R_MIN, r_max: str = R_MAX, widths: tuple[int, ...] = (2, 3, 4)) -> Figure:
     """Fence posts: 2^b ticks leave 2^b - 1 gaps, and the scale is the range over the gaps."""
     low, high = Fraction(r_min), Fraction(r_max)
     fig, axes = _style.new_figure(7.0, 1.05 * len(widths) + 0.6, nrows=len(widths), sharex=True)
@@ -64,7 +65,7 @@ def quant_fence_posts(r_min: str = "-0.6", r_max: str = "0.9", widths: tuple[int
     return fig
 
 
-def quant_int4_grid(r_min: str = "-0.6", r_max: str = "0.9", r: str = "0.35") -> Figure:
+def quant_int4_grid(r_min: str = R_MIN, r_max: str = R_MAX, r: str = scenarios.SEED_WEIGHT) -> Figure:
     """The INT4 grid on [-0.6, 0.9]: 16 ticks a step s = 0.1 apart; 0.35 snaps to 0.4 (seed case C5)."""
     scale, zero_point, codes, values = _grid(r_min, r_max, 4)
     q = quant.quantize_affine(r, scale, zero_point, *quant.qrange(4))
@@ -92,36 +93,13 @@ def quant_int4_grid(r_min: str = "-0.6", r_max: str = "0.9", r: str = "0.35") ->
     return fig
 
 
-def _tie_outcomes(r: str, r_min: str, r_max: str):
-    """Codes of ``r`` under each arithmetic and rounding: the rows and columns of the tie table."""
-    scale, zero_point = quant.choose_qparams_affine(r_min, r_max, 4)
-    qmin, qmax = quant.qrange(4)
-    s64, r64 = float(scale), float(Fraction(r))
-    s32, r32 = np.float32(s64), np.float32(r64)
-    rows = {
-        "exact (Fraction)": lambda rnd: quant.quantize_affine(r, scale, zero_point, qmin, qmax, rnd),
-        "float64, r / s": lambda rnd: int(ROUND[rnd](r64 / s64)) + zero_point,
-        "float64, r * (1/s)": lambda rnd: quant.quantize_affine(r64, s64, zero_point, qmin, qmax, rnd),
-        "float32, r * (1/s)": lambda rnd: int(quant.quantize_affine(np.array([r32]), s32, zero_point, qmin,
-                                                                     qmax, rnd)[0]),
-    }
-    quotients = {
-        "exact (Fraction)": str(Fraction(r) / scale),
-        "float64, r / s": repr(r64 / s64),
-        "float64, r * (1/s)": repr(r64 * (1 / s64)),
-        "float32, r * (1/s)": repr(float(r32 * (np.float32(1) / s32))),
-    }
-    return {name: (quotients[name], [f(rnd) for rnd in (Rounding.HALF_UP, Rounding.HALF_EVEN)])
-            for name, f in rows.items()}
-
-
-def quant_tie_breaking(cases: tuple[tuple[str, str, str], ...] = (("0.35", "-0.6", "0.9"),
-                                                                  ("0.3125", "-0.75", "1.125"))) -> Figure:
+def quant_tie_breaking(cases: tuple[tuple[str, str, str], ...] = ((scenarios.SEED_WEIGHT, R_MIN, R_MAX),
+                                                                  scenarios.BINARY_TIE)) -> Figure:
     """Codes at two ties under each arithmetic and rounding rule: float64 division misses the C5 tie."""
     fig, axes = _style.new_figure(8.0, 3.1, ncols=len(cases))
     with matplotlib.rc_context(_style.RC):
         for ax, (r, r_min, r_max) in zip(np.atleast_1d(axes), cases, strict=True):
-            outcomes = _tie_outcomes(r, r_min, r_max)
+            outcomes = ties.tie_outcomes(r, r_min, r_max)
             names = list(outcomes)
             reference = outcomes["exact (Fraction)"][1][0]
             ax.grid(False)
@@ -144,7 +122,7 @@ def quant_tie_breaking(cases: tuple[tuple[str, str, str], ...] = (("0.35", "-0.6
     return fig
 
 
-def quant_zero_point(r_min: str = "-0.6", r_max: str = "0.9", bits: int = 4) -> Figure:
+def quant_zero_point(r_min: str = R_MIN, r_max: str = R_MAX, bits: int = 4) -> Figure:
     """The zero point: code z = 6 is the tick that sits exactly on real 0."""
     scale, zero_point, codes, values = _grid(r_min, r_max, bits)
     fig, ax = _style.new_figure(7.2, 2.6)
@@ -173,7 +151,7 @@ def quant_zero_point(r_min: str = "-0.6", r_max: str = "0.9", bits: int = 4) -> 
     return fig
 
 
-def quant_outlier_clipping(r_min: str = "-0.6", r_max: str = "0.9", outlier: str = "1.4") -> Figure:
+def quant_outlier_clipping(r_min: str = R_MIN, r_max: str = R_MAX, outlier: str = scenarios.SEED_OUTLIER) -> Figure:
     """An outlier beyond r_max wants a code that does not exist and saturates at the top code (seed case C6)."""
     scale, zero_point, codes, values = _grid(r_min, r_max, 4)
     qmin, qmax = quant.qrange(4)
@@ -209,12 +187,13 @@ def quant_outlier_clipping(r_min: str = "-0.6", r_max: str = "0.9", outlier: str
     return fig
 
 
-def quant_error_vs_bits(max_bits: int = 16, samples: int = 20_000, seed: int = 0) -> Figure:
+def quant_error_vs_bits(max_bits: int = 16, samples: int = scenarios.ERROR_SAMPLES, seed: int = 0) -> Figure:
     """Worst-case error s/2 = 1/(2^b - 1) on [-1, 1] against bit width, with the measured maximum."""
+    low, high = scenarios.UNIT_RANGE
     bits = np.arange(1, max_bits + 1)
-    bounds = [float(quant.error_bound(quant.choose_qparams_affine(-1, 1, int(b))[0])) for b in bits]
-    x = np.random.default_rng(seed).uniform(-1, 1, samples)
-    x[:2] = (-1, 1)
+    bounds = [float(quant.error_bound(quant.choose_qparams_affine(low, high, int(b))[0])) for b in bits]
+    x = np.random.default_rng(seed).uniform(low, high, samples)
+    x[:2] = (low, high)
     measured = [float(quant.quantization_error(x, quant.choose_qparams(x, int(b))).max()) for b in bits]
     fig, ax = _style.new_figure(6.8, 3.6)
     with matplotlib.rc_context(_style.RC):
@@ -224,12 +203,12 @@ def quant_error_vs_bits(max_bits: int = 16, samples: int = 20_000, seed: int = 0
         naive = [bounds[3] * 4 / b for b in bits]
         ax.semilogy(bits, naive, ":", color=_style.MUTED, label="'error proportional to 1/b' (wrong)")
         for b in (4, 8, 16):
-            bound = quant.error_bound(quant.choose_qparams_affine(-1, 1, b)[0])
+            bound = quant.error_bound(quant.choose_qparams_affine(low, high, b)[0])
             ax.annotate(f"b = {b}: {bound}", (b, float(bound)), xytext=(6, 6), textcoords="offset points",
                         fontsize=8)
-        ratio = quant.choose_qparams_affine(-1, 1, 4)[0] / quant.choose_qparams_affine(-1, 1, 8)[0]
+        ratio = quant.choose_qparams_affine(low, high, 4)[0] / quant.choose_qparams_affine(low, high, 8)[0]
         ax.set_xlabel("bit width b")
-        ax.set_ylabel("worst rounding error on [-1, 1]")
+        ax.set_ylabel(f"worst rounding error on [{low}, {high}]")
         ax.set_xticks(bits[::1 if max_bits <= 8 else 2] if max_bits > 1 else bits)
         ax.set_title(f"Each extra bit roughly halves the error: INT4 is {ratio}x worse than INT8, not 2x")
         ax.legend(loc="lower left", fontsize=8)

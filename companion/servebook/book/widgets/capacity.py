@@ -13,30 +13,29 @@ import math
 from fractions import Fraction
 from numbers import Real
 
-from ... import memory, models, roofline
+from ... import checks, models, roofline
 from ...models import ModelSpec
-from ...units import DTYPE_BYTES, UNITS, canonical_dtype
+from ...units import DTYPE_BYTES, UNITS, GiB, canonical_dtype
+from .. import scenarios
 
 SIZE_UNITS = ("GiB", "GB")
 WEIGHT_DTYPES = ("fp16", "int8", "int4")
 CUSTOM_GPU = "custom"
+DEFAULT = scenarios.CAPACITY  # the planner opens on chapter 07's case
 
 
 def size_bytes(name: str, value: Real, unit: str, allow_zero: bool = True) -> int:
     """``value`` ``unit``s ("GiB" or "GB") as whole bytes (floor: a partial byte holds nothing)."""
-    if unit not in SIZE_UNITS:
-        raise ValueError(f"unit must be one of {', '.join(SIZE_UNITS)}, got {unit!r}")
-    if isinstance(value, bool) or not isinstance(value, Real):
-        raise TypeError(f"{name} must be a number of {unit}, got {value!r}")
-    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        raise ValueError(f"{name} must be a finite number of {unit} {'>= 0' if allow_zero else '> 0'}, got {value}")
+    checks.choice("unit", unit, SIZE_UNITS)
+    checks.positive(name, value, allow_zero=allow_zero)
     # Through str, so that 69.5 means 69.5 and not the binary float nearest to it.
     return math.floor(Fraction(str(value)) * UNITS[unit])
 
 
-def capacity_text(model: ModelSpec | str = "llama-2-13b", gpu: str = "a100-80gb-sxm", weights: str = "fp16",
-                  overhead: Real = 4, seq_len: int = 4096, kv_dtype: str = "fp16", unit: str = "GiB",
-                  group_size: int | None = None, gpu_memory: Real | None = None) -> str:
+def capacity_text(model: ModelSpec | str = DEFAULT.model, gpu: str = DEFAULT.gpu, weights: str = "fp16",
+                  overhead: Real = DEFAULT.overhead // GiB, seq_len: int = DEFAULT.seq_len,
+                  kv_dtype: str = DEFAULT.kv_dtype, unit: str = "GiB", group_size: int | None = None,
+                  gpu_memory: Real | None = None) -> str:
     """Everything the capacity planner shows, as plain text.
 
     ``gpu`` is a name from :data:`servebook.roofline.GPUS` (its memory is what
@@ -59,16 +58,14 @@ def capacity_text(model: ModelSpec | str = "llama-2-13b", gpu: str = "a100-80gb-
     if overhead_bytes >= gpu_bytes:
         raise ValueError(f"overhead ({overhead} {unit}) must be smaller than the GPU's memory "
                          f"({gpu_bytes / UNITS[unit]:,.2f} {unit})")
-    per_request = memory.kv_cache_bytes(spec, seq_len=seq_len, dtype=kv_dtype)
+    case = scenarios.CapacityCase(spec, gpu, overhead_bytes, seq_len, kv_dtype, gpu_bytes=gpu_bytes)
+    per_request = case.per_user
     u = UNITS[unit]
 
-    def plan_for(dtype: str) -> memory.CapacityPlan | None:
-        w = memory.weight_bytes(spec.n_params, dtype, group_size=group_size if dtype == "int4" else None)
-        if w + overhead_bytes > gpu_bytes:
-            return None
-        return memory.capacity_plan(gpu_bytes, w, per_request, overhead=overhead_bytes)
+    def groups(dtype: str) -> int | None:
+        return group_size if dtype == "int4" else None  # group scales are an INT4 checkpoint's
 
-    weight_bytes = memory.weight_bytes(spec.n_params, weights, group_size=group_size if weights == "int4" else None)
+    weight_bytes = case.weights(weights, groups(weights))
     lines = [
         f"GPU          {gpu_name}: {gpu_bytes:,} bytes = {gpu_bytes / u:,.3f} {unit}",
         f"weights      {spec.name}, {spec.n_params:,} parameters in {weights}"
@@ -77,23 +74,22 @@ def capacity_text(model: ModelSpec | str = "llama-2-13b", gpu: str = "a100-80gb-
         f"overhead     {overhead_bytes / u:,.3f} {unit}",
         f"per user     S = {seq_len:,} tokens of {canonical_dtype(kv_dtype)} KV: {per_request / u:,.3f} {unit}",
     ]
-    plan = plan_for(weights)
+    plan = case.plan(weight_bytes)
     if plan is None:
         fixed = weight_bytes + overhead_bytes
         lines.append(f"plan         does NOT fit: weights + overhead = {fixed / u:,.3f} {unit}"
                      f" > {gpu_bytes / u:,.3f} {unit}")
     else:
         lines.append(f"plan         {plan.describe(unit)}")
-    counts = []
-    for dtype in WEIGHT_DTYPES:
-        other = plan_for(dtype)
-        counts.append(f"{dtype} {other.requests if other else 'no fit'}")
+    users = {dtype: case.users(dtype, groups(dtype)) for dtype in WEIGHT_DTYPES}
+    counts = [f"{dtype} {'no fit' if n is None else n}" for dtype, n in users.items()]
     lines.append(f"by precision {' | '.join(counts)} users")
     return "\n".join(lines)
 
 
-def capacity_planner(model: str = "llama-2-13b", gpu: str = "a100-80gb-sxm", weights: str = "fp16",
-                     overhead: float = 4.0, seq_len: int = 4096, kv_dtype: str = "fp16", unit: str = "GiB"):
+def capacity_planner(model: str = DEFAULT.model, gpu: str = DEFAULT.gpu, weights: str = "fp16",
+                     overhead: float = DEFAULT.overhead / GiB, seq_len: int = DEFAULT.seq_len,
+                     kv_dtype: str = DEFAULT.kv_dtype, unit: str = "GiB"):
     """The interactive planner (ipywidgets): change the model, GPU, precisions, overhead or S; see who fits.
 
     Bad input shows its error message instead of a number.

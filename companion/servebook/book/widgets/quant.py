@@ -13,8 +13,11 @@ from __future__ import annotations
 import html
 from fractions import Fraction
 
-from ... import quant
+from ... import checks, quant
 from ...quant import Mapping, Rounding
+from .. import scenarios, ties
+
+R_MIN, R_MAX = scenarios.SEED_RANGE  # the explorer opens on the seeds' C5 example
 
 
 def fmt_exact(value: Fraction | int, digits: int = 10) -> str:
@@ -32,12 +35,12 @@ def fmt_exact(value: Fraction | int, digits: int = 10) -> str:
     return f"{value.numerator}/{value.denominator} ≈ {float(value):.{digits}g}"
 
 
-def quant_explorer_rows(r_min: str = "-0.6", r_max: str = "0.9", bits: int = 4, r: str = "0.35",
+def quant_explorer_rows(r_min: str = R_MIN, r_max: str = R_MAX, bits: int = 4, r: str = scenarios.SEED_WEIGHT,
                         rounding: Rounding | str = Rounding.HALF_UP,
                         mapping: Mapping | str = Mapping.ASYMMETRIC) -> list[tuple[str, str]]:
     """Everything the explorer shows, as (label, value) rows, computed exactly from decimal strings."""
     rnd = quant.rounding_function(rounding)
-    mapping = Mapping(mapping) if isinstance(mapping, str) else mapping
+    mapping = checks.member("mapping", mapping, Mapping)
     scale, zero_point = quant.choose_qparams_affine(r_min, r_max, bits, mapping, rounding=rounding)
     qmin, qmax = quant.qrange(bits, mapping)
     value = quant.to_fraction(r)
@@ -63,17 +66,14 @@ def quant_explorer_rows(r_min: str = "-0.6", r_max: str = "0.9", bits: int = 4, 
         ("error", f"|r - r_hat| = {fmt_exact(error)}; bound s/2 = {fmt_exact(bound)}"
                   + (f"; {fmt_exact(error / bound)} x the bound" if error > bound else "")),
     ]
-    s64, z64 = quant.choose_qparams_affine(float(Fraction(r_min)), float(Fraction(r_max)), bits, mapping,
-                                           rounding=rounding)
-    q64 = quant.quantize_affine(float(value), s64, z64, qmin, qmax, rounding)
-    naive = min(max(int(rnd(float(value) / s64)) + z64, qmin), qmax)
+    q64, naive = ties.float64_codes(value, r_min, r_max, bits, rounding, mapping)
     agree = q64 == q and naive == q
     rows.append(("float64", f"q = {q64} via r * (1/s), q = {naive} via r / s"
                             + ("" if agree else f"  <- float arithmetic misses the exact answer {q}")))
     return rows
 
 
-def quant_explorer_text(r_min: str = "-0.6", r_max: str = "0.9", bits: int = 4, r: str = "0.35",
+def quant_explorer_text(r_min: str = R_MIN, r_max: str = R_MAX, bits: int = 4, r: str = scenarios.SEED_WEIGHT,
                         rounding: Rounding | str = Rounding.HALF_UP,
                         mapping: Mapping | str = Mapping.ASYMMETRIC) -> str:
     """The explorer's text: the rows of :func:`quant_explorer_rows`, one per line, labels aligned."""
@@ -81,7 +81,7 @@ def quant_explorer_text(r_min: str = "-0.6", r_max: str = "0.9", bits: int = 4, 
     return "\n".join(f"{label:<11} {value}" for label, value in rows)
 
 
-def quant_explorer(r_min: str = "-0.6", r_max: str = "0.9", bits: int = 4, r: str = "0.35",
+def quant_explorer(r_min: str = R_MIN, r_max: str = R_MAX, bits: int = 4, r: str = scenarios.SEED_WEIGHT,
                    rounding: str = "half_up", mapping: str = "asymmetric"):
     """The interactive explorer (ipywidgets): type a range and a value, pick bits and rounding.
 
