@@ -1,0 +1,56 @@
+"""Every scenario the book reuses, set up once: chapters, exercise pages, figures, widgets and tests read
+them from here and never rebuild one.  One module per chapter, named after it.
+
+A scenario is the set-up of a worked example or a simulation: a model on a
+GPU with a memory budget, a trace of requests, a workload.  Where the source
+documents leave a number open (which model, which GPU, how long the
+prompts), the choice is made here once, and the chapter says so.
+"""
+
+from __future__ import annotations
+
+from .capacity_planning import C9_SEED_WEIGHTS, CAPACITY, SEED_BUDGET, CapacityCase, SeedBudget
+from .choosing_the_lever import LEVER_SCENARIOS, Scenario
+from .continuous_batching import BATCHING_SERVER, BatchingServer, batching_runs, batching_trace
+from .gptq_awq import OUTLIER_KINDS, planted_outliers, relative_error
+from .kv_cache import KV_7B_CLASS, KV_BUDGET, KV_TOY, KVBudget
+from .paged_attention import BLOCK_SIZE_MIX, PAGED_REQUEST, LengthMix, PagedRequest, chat_sessions, paging_walkthrough
+from .prefill_decode import MEMORY_BUCKETS, PREFILL_DECODE, MemoryBuckets, RooflineCase
+from .quantization_basics import BINARY_TIE, ERROR_SAMPLES, SEED_OUTLIER, SEED_RANGE, SEED_WEIGHT, UNIT_RANGE
+
+__all__ = [
+    "BATCHING_SERVER",
+    "BINARY_TIE",
+    "BLOCK_SIZE_MIX",
+    "BatchingServer",
+    "C9_SEED_WEIGHTS",
+    "CAPACITY",
+    "CapacityCase",
+    "ERROR_SAMPLES",
+    "KVBudget",
+    "KV_7B_CLASS",
+    "KV_BUDGET",
+    "KV_TOY",
+    "LEVER_SCENARIOS",
+    "LengthMix",
+    "MEMORY_BUCKETS",
+    "MemoryBuckets",
+    "OUTLIER_KINDS",
+    "PAGED_REQUEST",
+    "PREFILL_DECODE",
+    "PagedRequest",
+    "RooflineCase",
+    "SEED_BUDGET",
+    "SEED_OUTLIER",
+    "SEED_RANGE",
+    "SEED_WEIGHT",
+    "Scenario",
+    "SeedBudget",
+    "UNIT_RANGE",
+    "batching_runs",
+    "batching_trace",
+    "chat_sessions",
+    "paging_walkthrough",
+    "planted_outliers",
+    "relative_error",
+]
