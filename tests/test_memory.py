@@ -2,7 +2,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servebook import memory
+from servebook import memory, models
 from servebook.models import ModelSpec
 from servebook.units import GB, GiB, MiB
 
@@ -109,3 +109,93 @@ def test_capacity_plan_parts_add_up(gpu_gib, overhead_pct, per_request_gib):
     plan = memory.capacity_plan(gpu, weights, per_request_gib * GiB, overhead=overhead)
     assert plan.weights + plan.overhead + plan.kv_used + plan.leftover == gpu
     assert 0 <= plan.leftover < plan.per_request
+
+
+# --- the layer pattern, latent attention, vLLM's pages ----------------------------------------------
+
+
+def test_mla_stores_its_latent_once_per_layer():
+    spec = models.get("deepseek-v3")
+    assert memory.kv_bytes_per_token_per_layer(spec, "bf16") == (512 + 64) * 2
+    assert memory.kv_bytes_per_token(spec, "bf16") == 70_272
+    assert memory.kv_cache_bytes(spec, seq_len=4096, batch=2) == 2 * 4096 * 70_272
+
+
+def test_keys_and_values_of_different_widths():
+    spec = ModelSpec("kv", n_layers=2, d_model=512, n_heads=8, n_kv_heads=2, head_dim=64, v_head_dim=32)
+    assert memory.kv_bytes_per_token(spec) == 2 * 2 * (64 + 32) * 2
+
+
+@pytest.mark.parametrize("seq_len", [1, 1000, 4096, 4097, 8192, 32_768])
+def test_sliding_layers_hold_at_most_their_window(seq_len):
+    spec = models.get("gemma-2-9b")  # 21 sliding layers of W = 4096, 21 global
+    per_layer = memory.kv_bytes_per_token_per_layer(spec)
+    assert memory.tokens_held(spec, "sliding", seq_len) == min(seq_len, 4096)
+    assert memory.kv_cache_bytes(spec, seq_len) == 21 * per_layer * (seq_len + min(seq_len, 4096))
+    assert sum(memory.kv_bytes_by_layer_kind(spec, seq_len).values()) == memory.kv_cache_bytes(spec, seq_len)
+
+
+def test_a_model_whose_layers_all_slide_stops_growing_at_its_window():
+    one = memory.kv_cache_bytes("mistral-7b", 4096)
+    assert memory.kv_cache_bytes("mistral-7b", 32_768) == one == 4096 * memory.kv_bytes_per_token("mistral-7b")
+
+
+def test_chunked_layers_hold_their_chunk():
+    spec = models.get("llama-4-scout")  # 36 chunked layers of C = 8192, 12 global
+    per_layer = memory.kv_bytes_per_token_per_layer(spec)
+    assert memory.kv_bytes_by_layer_kind(spec, 32_768) == {"global": 12 * 32_768 * per_layer,
+                                                           "chunked": 36 * 8192 * per_layer}
+
+
+def test_vllm_page_per_layer_for_each_kind():
+    # vLLM 0.33.0 AttentionSpec.page_size_bytes: kv heads x block x (head_size + head_size_v) x dtype size.
+    assert memory.vllm_page_bytes("llama-2-13b") == 40 * 16 * (128 + 128) * 2 == 327_680
+    assert memory.vllm_page_bytes("llama-3-8b", block_size=32, dtype="fp8") == 8 * 32 * 256
+    # MLAAttentionSpec: one head of kv_lora_rank + qk_rope_head_dim, no V.
+    assert memory.vllm_page_bytes("deepseek-v3") == 16 * 576 * 2 == 18_432
+    assert memory.vllm_page_bytes("gemma-2-9b") == 16 * memory.kv_bytes_per_token_per_layer("gemma-2-9b")
+
+
+def test_vllm_reserves_a_few_blocks_more_than_the_window():
+    # SlidingWindowSpec.max_admission_blocks_per_request: cdiv(min(W - 1 + in-flight, max_model_len), block) + 1.
+    kw = dict(block_size=16, max_num_batched_tokens=2048)
+    assert memory.vllm_max_blocks("gemma-2-9b", "sliding", 8192, **kw) == (4095 + 2048 + 15) // 16 + 1 == 385
+    assert memory.vllm_max_blocks("gemma-2-9b", "global", 8192, **kw) == 512
+    assert 4096 // 16 < 385  # W alone would be 256 blocks
+    # With async scheduling (2 batches in flight) the bound reaches max_model_len's blocks, plus one.
+    assert memory.vllm_max_blocks("gemma-2-9b", "sliding", 8192, concurrent_batches=2, **kw) == 513
+    # ChunkedLocalAttentionSpec: cdiv(min(C + in-flight, max_model_len), block).
+    assert memory.vllm_max_blocks("llama-4-scout", "chunked", 32_768, block_size=16,
+                                  max_num_batched_tokens=8192) == 1024
+    page = memory.vllm_page_bytes("gemma-2-9b")
+    assert memory.vllm_max_request_bytes("gemma-2-9b", 8192, **kw) == 21 * page * (512 + 385)
+
+
+def test_weights_total_and_active():
+    assert memory.model_weight_bytes("mixtral-8x7b") == 2 * 46_702_792_704
+    assert memory.model_weight_bytes("mixtral-8x7b", active=True) == 2 * 12_879_925_248
+    assert memory.model_weight_bytes("llama-2-13b", "int4", group_size=128) == memory.weight_bytes(
+        13_015_864_320, "int4", group_size=128)
+
+
+def test_capacity_plan_follows_the_layers():
+    # Gemma-2-9B on an H100 at 8k tokens: 1.969 GiB per request (not 2.625), 4 GiB reserved.
+    gpu = 81_559 * MiB
+    plan = memory.model_capacity_plan("gemma-2-9b", gpu, 8192, overhead=4 * GiB)
+    assert plan.per_request == 2_113_929_216 and plan.weights == 2 * 9_241_705_984
+    assert plan.requests == (gpu - 2 * 9_241_705_984 - 4 * GiB) // 2_113_929_216 == 29
+    # DeepSeek-V2-Lite: MLA's 576 elements per token and layer let one H200 hold 451 requests of 8k tokens.
+    lite = memory.model_capacity_plan("deepseek-v2-lite", 143_771 * MiB, 8192, overhead=4 * GiB)
+    assert lite.per_request == 8192 * 27 * 576 * 2 and lite.requests == 451
+
+
+@pytest.mark.parametrize(("call", "match"), [
+    (lambda: memory.tokens_held("gemma-2-9b", "local", 10), "kind must be one of"),
+    (lambda: memory.vllm_max_blocks("gemma-2-9b", "sliding", 8192), "max_num_batched_tokens"),
+    (lambda: memory.vllm_page_bytes("gemma-2-9b", block_size=0), "block_size must be >= 1"),
+    (lambda: memory.model_weight_bytes(TOY), "need the model's parameter count"),
+    (lambda: memory.model_weight_bytes("gpt2", active="yes"), "active must be True or False"),
+])
+def test_bad_input_to_the_new_functions_is_named(call, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        call()

@@ -187,7 +187,11 @@ def test_w4a16_speeds_decode_and_slows_large_prefill_w8a8_speeds_both(gpu):
     pre = {s: roofline.bound(roofline.prefill_step(LLAMA13, 16, 2048, s), gpu).time for s in roofline.SCHEMES}
     assert dec["W4A16"] < dec["W8A8"] < dec["W16A16"]
     assert pre["W8A8"] < pre["W16A16"] < pre["W4A16"]
-    assert pre["W16A16"] / pre["W8A8"] == pytest.approx(2, rel=0.05)
+    # INT8 runs at twice the FP16 rate (four times on a GeForce card, whose FP16 rate is FP32-accumulate's);
+    # attention stays in FP16, so the speed-up comes close to that ratio without reaching it.
+    g = roofline.gpu(gpu)
+    ceiling = g.int8_ops / g.fp16_flops
+    assert 0.9 * ceiling < pre["W16A16"] / pre["W8A8"] <= ceiling
 
 
 def test_w4a16_weights_carry_group_scales():
@@ -215,7 +219,9 @@ def test_quant_speedup_alt_text_crossing():
 
 def test_gpu_table_says_which_datasheet_figure_it_used():
     used = {row["GPU"]: row["datasheet figure used"] for row in roofline.gpu_table()}
-    assert used == {name: "sparse, halved" if DATASHEET[name][3] else "dense" for name in DATASHEET}
+    assert {name: used[name] for name in DATASHEET} == {name: "sparse, halved" if DATASHEET[name][3] else "dense"
+                                                         for name in DATASHEET}
+    assert used == {name: "sparse, halved" if g.fp16.sparse else "dense" for name, g in roofline.GPUS.items()}
 
 
 # --- bad input -------------------------------------------------------------------------------------------
@@ -300,3 +306,109 @@ def test_step_model_refuses_impossible_counts():
         model.seconds(1, 0, 1)
     with pytest.raises(ValueError, match="logits must be one of"):
         roofline.prefill_step(LLAMA13, 1, 10, logits="first")
+
+
+# --- mixtures of experts, local layers, latent attention ---------------------------------------------------
+
+MIXTRAL = models.get("mixtral-8x7b")
+H100 = roofline.gpu("h100-sxm")
+
+
+def test_uniform_routing_reads_k_experts_for_one_token_and_all_for_many():
+    assert roofline.experts_read(8, 2, 1) == 2 and roofline.experts_read(256, 8, 1) == pytest.approx(8)
+    assert roofline.experts_read(8, 2, 4) == pytest.approx(8 * (1 - 0.75**4))
+    assert roofline.experts_read(256, 8, 10_000) == pytest.approx(256)
+    assert roofline.experts_read(8, 8, 1) == 8  # top-k = E: every token uses every expert
+
+
+def test_moe_decode_reads_only_the_routed_experts_weights():
+    model = roofline.StepModel(MIXTRAL)
+    n_active = roofline.matmul_params(MIXTRAL) - MIXTRAL.moe_layers * 6 * 3 * 4096 * 14336
+    assert model.n_active == n_active == MIXTRAL.count_active_params() - MIXTRAL.vocab_size * MIXTRAL.d_model
+    one = roofline.decode_step(MIXTRAL, 1, 512)
+    assert one.weight_bytes == 2 * n_active  # one token: its 2 experts per layer, in FP16
+    assert one.matmul_flops == 2 * n_active  # FLOPs: the active parameters, 2 per weight
+    wide = roofline.decode_step(MIXTRAL, 256, 512)
+    assert one.weight_bytes < roofline.decode_step(MIXTRAL, 4, 512).weight_bytes < wide.weight_bytes
+    assert wide.weight_bytes == pytest.approx(2 * roofline.matmul_params(MIXTRAL), rel=1e-6)  # all experts
+    assert roofline.prefill_step(MIXTRAL, 1, 4096).weight_bytes == 2 * roofline.matmul_params(MIXTRAL)
+
+
+def test_dense_models_read_all_their_weights_at_any_batch():
+    model = roofline.StepModel(LLAMA13)
+    assert model.params_read(1) == model.params_read(4096) == model.n_active == model.n_matmul
+
+
+def test_mla_attends_over_its_latent():
+    spec = models.get("deepseek-v3")
+    dec = roofline.decode_step(spec, 1, 1000)
+    per_pair = 2 * 128 * ((512 + 64) + 512)  # q·[latent; rope] and the weighted sum of latents, every head
+    assert dec.attention_flops == 61 * per_pair * 1001
+    assert dec.kv_read_bytes == 1000 * memory.kv_bytes_per_token(spec) == 1000 * 61 * 576 * 2
+
+
+@pytest.mark.parametrize(("window", "new", "cached", "expected"), [
+    (4, 1, 0, (0, 1)), (4, 1, 2, (2, 3)), (4, 1, 10, (3, 4)),  # decode: at most W - 1 cached, W keys
+    (4, 6, 0, (0, 1 + 2 + 3 + 4 + 4 + 4)), (4, 3, 2, (2, 3 + 4 + 4)),
+])
+def test_local_view_of_a_sliding_layer(window, new, cached, expected):
+    spec = models.ModelSpec("w", n_layers=2, d_model=64, n_heads=4, sliding_window=window)
+    assert roofline.local_view(spec, new, cached) == expected
+    brute = sum(min(cached + i, window) for i in range(1, new + 1))
+    assert roofline.local_view(spec, new, cached)[1] == brute
+
+
+def test_local_view_of_a_chunked_layer():
+    spec = models.ModelSpec("c", n_layers=2, d_model=64, n_heads=4, attention_chunk=4)
+    assert roofline.local_view(spec, 1, 9) == (1, 2)  # position 9 is the second of chunk [8, 12)
+    assert roofline.local_view(spec, 6, 2) == (2, 3 + 4 + 1 + 2 + 3 + 4)
+    assert roofline.local_view(LLAMA13, 5, 7) == (7, roofline.attention_pairs(5, 7))  # all global: unchanged
+
+
+def test_a_sliding_layer_reads_at_most_its_window():
+    spec = models.get("gemma-2-9b")
+    per_layer = memory.kv_bytes_per_token_per_layer(spec)
+    short, long = roofline.decode_step(spec, 1, 1000), roofline.decode_step(spec, 1, 20_000)
+    assert short.kv_read_bytes == 42 * per_layer * 1000
+    assert long.kv_read_bytes == 21 * per_layer * 20_000 + 21 * per_layer * 4095
+
+
+@pytest.mark.parametrize("model", ["mixtral-8x7b", "gemma-2-9b", "llama-4-scout", "deepseek-v3", "qwen3-30b-a3b"])
+@pytest.mark.parametrize("weights", ["W16A16", "W4A16"])
+def test_step_model_seconds_is_the_bound_of_its_cost_for_every_kind(model, weights):
+    step_model = roofline.StepModel(model, weights, device=H100)
+    for sequences, new, cached in [(1, 1, 0), (3, 1, 5000), (64, 1, 9000), (1, 8192, 0), (2, 700, 12_000)]:
+        local_cached, local_pairs = roofline.local_view(model, new, cached)
+        counts = (sequences * new, sequences * cached, sequences * roofline.attention_pairs(new, cached))
+        local = dict(local_cached=sequences * local_cached, local_pairs=sequences * local_pairs)
+        step = step_model.cost(sequences, *counts, **local)
+        assert step_model.seconds(*counts, **local) == roofline.bound(step, H100).time
+
+
+@pytest.mark.parametrize("model", ["gemma-2-9b", "llama-4-scout", "mixtral-8x7b", "deepseek-v2-lite"])
+@pytest.mark.parametrize(("context", "steps"), [(0, 40), (4080, 40), (8180, 30), (100, 9000)])
+def test_decode_time_is_the_sum_of_step_bounds_across_windows_and_chunks(model, context, steps):
+    brute = sum(roofline.bound(roofline.decode_step(model, 2, context + j), H100).time for j in range(steps))
+    assert roofline.decode_time(model, H100, 2, context, steps) == pytest.approx(brute, rel=1e-9)
+
+
+@pytest.mark.parametrize(("model", "context", "weights"), [("mixtral-8x7b", 0, "W16A16"),
+                                                           ("mixtral-8x7b", 512, "W4A16"),
+                                                           ("qwen3-30b-a3b", 0, "W8A8"), ("deepseek-v3", 0, "W4A16")])
+def test_moe_crossover_batch_is_the_first_compute_bound_batch(model, context, weights):
+    cross = roofline.decode_crossover_batch(model, H100, context, weights)
+    bound_at = [roofline.bound(roofline.decode_step(model, b, context, weights), H100).bound
+                for b in range(max(1, cross - 40), cross + 1)]
+    assert bound_at[-1] == "compute" and "compute" not in bound_at[:-1]
+    # a MoE crosses later than a dense model of its active size would: more batch, more experts read
+    assert cross > roofline.ridge_point(H100, roofline.scheme(weights).matmul_precision) / 2
+
+
+def test_a_model_with_local_layers_needs_its_local_counts():
+    step_model = roofline.StepModel("mistral-7b", device=H100)
+    with pytest.raises(ValueError, match="sliding layers .* pass local_cached and local_pairs"):
+        step_model.cost(1, 1, 100, 101)
+    with pytest.raises(ValueError, match="local_cached"):
+        step_model.seconds(1, 100, 101)
+    with pytest.raises(ValueError, match="local_cached must be <= 100"):
+        step_model.cost(1, 1, 100, 101, local_cached=200, local_pairs=101)

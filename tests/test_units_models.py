@@ -1,4 +1,5 @@
 import json
+from dataclasses import replace
 from fractions import Fraction
 
 import pytest
@@ -29,11 +30,19 @@ def test_unknown_dtype_and_unit_are_named():
         units.to_unit(1, "gib")
 
 
-@pytest.mark.parametrize("name", [n for n in models.names() if n != "falcon-7b"])
+@pytest.mark.parametrize("name", models.names())
 def test_registry_parameter_counts_match_the_architecture(name):
     spec = models.get(name)
-    biases = 27_648 if name == "qwen2.5-0.5b" else 0  # Qwen2's q/k/v biases: (896 + 2*128) * 24 layers
-    assert spec.count_params() + biases == spec.n_params
+    assert spec.count_params() == spec.n_params
+
+
+def test_qwen_biases_and_falcon_are_counted():
+    # Qwen2's q/k/v biases: (896 + 2 * 128) * 24 layers, once missing from count_params.
+    qwen = models.get("qwen2.5-0.5b")
+    assert qwen.biases.qkv and qwen.count_params() == 494_032_768
+    assert replace(qwen, biases=models.Biases()).count_params() == 494_032_768 - (896 + 2 * 128) * 24
+    # Falcon-7B: MQA, one LayerNorm per parallel block, a non-gated MLP, tied embeddings.
+    assert models.get("falcon-7b").count_params() == 6_921_720_704
 
 
 @pytest.mark.parametrize("name, kind, kv_dim", [("llama-2-7b", "MHA", 4096), ("llama-2-13b", "MHA", 5120),
@@ -79,7 +88,7 @@ def test_from_hf_config_names_the_missing_field():
     del config["num_hidden_layers"]
     with pytest.raises(ValueError, match="missing 'num_hidden_layers'"):
         ModelSpec.from_hf_config(config)
-    with pytest.raises(TypeError, match="config must be a dict or a path"):
+    with pytest.raises(TypeError, match="config must be a dict, a path to config.json or a transformers"):
         ModelSpec.from_hf_config(42)
 
 
@@ -93,3 +102,16 @@ def test_from_hf_config_names_the_missing_field():
 def test_bad_shapes_are_rejected_by_name(kwargs, error, match):
     with pytest.raises(error, match=match):
         ModelSpec("bad", **kwargs)
+
+
+def test_the_simple_case_stays_one_line():
+    spec = ModelSpec("x", n_layers=32, d_model=4096, n_heads=32, n_kv_heads=8)
+    assert (spec.attention, spec.kv_dim, spec.group_size, spec.head_dim) == ("GQA", 1024, 4, 128)
+    assert spec.layer_types == ("global",) * 32 and spec.moe is None and spec.mla is None
+    assert spec.cached_width == 2 * spec.kv_dim and spec.display_name == "x"
+
+
+def test_display_names():
+    assert models.display_name("llama-2-13b") == "Llama-2-13B" == models.get("llama-2-13b").display_name
+    assert models.display_name("deepseek-v3") == "DeepSeek-V3"
+    assert all(models.display_name(n) != n for n in models.names())  # every id has a name of its own

@@ -1,30 +1,39 @@
 """GPUs: datasheet numbers, with their sources.
 
-One table of the GPUs the book uses.  Every GPU a chapter names is here, so a
-number about a GPU has one producer.  Rates are *dense* (a datasheet that
-prints 2:4-sparse rates is halved, see :class:`Quoted`); memory is what
-``nvidia-smi`` reports; bandwidth is bytes per second.
+One table of GPUs, kept as data (``servebook/data/gpus.json``, whose
+``schema`` entry says what each field means), so a number about a GPU has one
+producer.  Rates are *dense* (a datasheet that prints 2:4-sparse rates is
+halved, see :class:`Quoted`) and name the precision they accumulate in;
+memory is what ``nvidia-smi`` (``rocm-smi``) reports where that is
+published; bandwidth and links are bytes per second, links per direction.
+Each GPU states the rule used for its odd case (``rule``).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from .checks import choice, lookup
-from .units import GB, MiB
+
+DATA = Path(__file__).resolve().parent / "data" / "gpus.json"
 
 
 @dataclass(frozen=True)
 class Quoted:
     """A peak rate exactly as a datasheet prints it, and whether that print assumes 2:4 sparsity.
 
-    NVIDIA's Ampere, Hopper and Ada datasheets print tensor-core rates "with
-    sparsity" (a 2:4 structured-sparse matrix), twice the dense rate a serving
-    engine gets from a dense model.  :attr:`dense` undoes that.
+    NVIDIA's Ampere, Hopper, Ada and Blackwell datasheets print tensor-core
+    rates "with sparsity" (a 2:4 structured-sparse matrix), twice the dense
+    rate a serving engine gets from a dense model.  :attr:`dense` undoes that.
+    ``accumulate`` is the precision the printed rate accumulates in.
     """
 
     value: float  # in the datasheet's unit (TFLOPS or TOPS) as printed
     sparse: bool  # True where the printed figure is the sparse one (marked * on the datasheet)
+    accumulate: str = "fp32"
 
     @property
     def dense(self) -> float:
@@ -33,13 +42,24 @@ class Quoted:
 
 
 @dataclass(frozen=True)
+class Link:
+    """An interconnect: its bandwidth per direction, and what the datasheet printed."""
+
+    name: str
+    per_direction: int  # bytes per second, one direction
+    as_printed: str
+    printed_is: str     # "both directions together" or "per direction"
+
+
+@dataclass(frozen=True)
 class GPU:
-    """One GPU's memory and peak rates, from its datasheet.
+    """One GPU's memory, peak rates and links, from its datasheet.
 
     ``memory`` is what ``nvidia-smi`` reports as the card's total (bytes): the
     datasheet's capacity label is given in ``memory_label`` as printed, and the
     two differ (the A100's "80GB" is 81,920 MiB = 80 GiB).  ``bandwidth`` is
-    in bytes per second (datasheets print decimal GB/s and TB/s).
+    in bytes per second (datasheets print decimal GB/s and TB/s).  ``fp8`` and
+    ``fp4`` are ``None`` on GPUs without such tensor cores.
     """
 
     name: str
@@ -52,6 +72,15 @@ class GPU:
     source: str        # references.bib key of the datasheet
     url: str
     notes: str = ""
+    display_name: str = ""
+    vendor: str = "NVIDIA"
+    memory_basis: str = "nvidia-smi"
+    memory_source: str = ""
+    fp8: Quoted | None = None
+    fp4: Quoted | None = None
+    nvlink: Link | None = None
+    pcie: Link | None = None
+    rule: str = ""
 
     @property
     def fp16_flops(self) -> float:
@@ -69,52 +98,44 @@ class GPU:
         return self.fp32_tflops * 1e12
 
     def peak(self, precision: str = "fp16") -> float:
-        """Dense peak of the ``"fp16"`` or ``"int8"`` tensor cores, or the ``"fp32"`` CUDA cores."""
-        rates = {"fp16": self.fp16_flops, "bf16": self.fp16_flops, "int8": self.int8_ops, "fp32": self.fp32_flops}
-        return rates[choice("precision", precision, rates)]
+        """Dense peak of the ``"fp16"`` (``"bf16"``), ``"int8"``, ``"fp8"`` or ``"fp4"`` tensor cores, or the
+        ``"fp32"`` CUDA cores; a precision the GPU has no tensor cores for is refused, naming the GPU."""
+        rates = {"fp16": self.fp16, "bf16": self.fp16, "int8": self.int8, "fp8": self.fp8, "fp4": self.fp4}
+        if choice("precision", precision, (*rates, "fp32")) == "fp32":
+            return self.fp32_flops
+        if rates[precision] is None:
+            raise ValueError(f"{self.display_name or self.name} has no {precision.upper()} tensor cores "
+                             f"(its datasheet prints no {precision.upper()} rate)")
+        return rates[precision].dense
 
 
-_SPARSE_NOTE = "The datasheet prints tensor-core rates with sparsity (*); dense is half."
+def _quoted(rate: dict[str, Any] | None) -> Quoted | None:
+    return None if rate is None else Quoted(rate["printed"], rate["sparse"], rate["accumulate"])
 
-GPUS: dict[str, GPU] = {
-    gpu.name: gpu
-    for gpu in [
-        GPU("a100-80gb-sxm", memory=81_920 * MiB, memory_label="80GB HBM2e", bandwidth=2_039 * GB,
-            fp16=Quoted(312, sparse=False), int8=Quoted(624, sparse=False), fp32_tflops=19.5,
-            source="nvidiaa100",
-            url="https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/"
-                "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf",
-            notes="SXM column. The datasheet prints dense and sparse side by side: FP16 312 | 624*, "
-                  "INT8 624 | 1,248* TOPS. The PCIe 80GB card has 1,935 GB/s."),
-        GPU("a100-40gb-sxm", memory=40_960 * MiB, memory_label="40GB HBM2", bandwidth=1_555 * GB,
-            fp16=Quoted(312, sparse=False), int8=Quoted(624, sparse=False), fp32_tflops=19.5,
-            source="nvidiaa100",
-            url="https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/"
-                "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf",
-            notes="A100 40GB SXM column: the 80GB card's compute with 1,555 GB/s of HBM2. nvidia-smi "
-                  "reports 40,960 MiB (CUDA's deviceQuery 42,298,834,944 bytes usable)."),
-        GPU("h100-sxm", memory=81_559 * MiB, memory_label="80GB HBM3", bandwidth=3_350 * GB,
-            fp16=Quoted(1_979, sparse=True), int8=Quoted(3_958, sparse=True), fp32_tflops=67,
-            source="nvidiah100", url="https://www.nvidia.com/en-us/data-center/h100/",
-            notes="SXM column. " + _SPARSE_NOTE + " FP16/BF16 1,979* -> 989.5 dense "
-                  "(the Hopper whitepaper lists 989.4); INT8 3,958* -> 1,979 dense."),
-        GPU("h200", memory=143_771 * MiB, memory_label="141GB HBM3e", bandwidth=4_800 * GB,
-            fp16=Quoted(1_979, sparse=True), int8=Quoted(3_958, sparse=True), fp32_tflops=67,
-            source="nvidiah200", url="https://www.nvidia.com/en-us/data-center/h200/",
-            notes="SXM column: the H100's compute with more, faster memory. " + _SPARSE_NOTE),
-        GPU("l4", memory=23_034 * MiB, memory_label="24GB GDDR6", bandwidth=300 * GB,
-            fp16=Quoted(242, sparse=True), int8=Quoted(485, sparse=True), fp32_tflops=30.3,
-            source="nvidial4", url="https://www.nvidia.com/en-us/data-center/l4/",
-            notes=_SPARSE_NOTE + " FP16 242* -> 121 dense; INT8 485* -> 242.5 dense."),
-        GPU("t4", memory=15_360 * MiB, memory_label="16GB GDDR6", bandwidth=320 * GB,
-            fp16=Quoted(65, sparse=False), int8=Quoted(130, sparse=False), fp32_tflops=8.1,
-            source="nvidiat4", url="https://www.nvidia.com/en-us/data-center/tesla-t4/",
-            notes="Turing has no sparse tensor cores: the datasheet's figures are dense. "
-                  "FP16 is 'mixed precision (FP16/FP32)'; bandwidth is printed as '320+ GB/s'."),
-    ]
-}
-"""The GPU table.  ``memory`` is the total ``nvidia-smi`` reports (public logs: A100-SXM4-40GB
-40,960 MiB; A100-SXM4-80GB 81,920 MiB; H100 80GB HBM3 81,559 MiB; H200 143,771 MiB; L4 23,034 MiB; T4 15,360 MiB)."""
+
+def _link(entry: dict[str, Any] | None) -> Link | None:
+    return None if entry is None else Link(entry["name"], entry["per_direction_bytes_per_s"], entry["as_printed"],
+                                           entry["printed_is"])
+
+
+def _gpu(entry: dict[str, Any]) -> GPU:
+    memory, rates, links = entry["memory"], entry["rates"], entry["interconnect"]
+    return GPU(entry["id"], memory=memory["bytes"], memory_label=memory["as_printed"],
+               bandwidth=entry["bandwidth"]["bytes_per_s"], fp16=_quoted(rates["fp16"]), int8=_quoted(rates["int8"]),
+               fp32_tflops=rates["fp32"]["printed"], source=entry["source"], url=entry["url"], notes=entry["notes"],
+               display_name=entry["display_name"], vendor=entry["vendor"], memory_basis=memory["basis"],
+               memory_source=memory["source"], fp8=_quoted(rates["fp8"]), fp4=_quoted(rates["fp4"]),
+               nvlink=_link(links["nvlink"]), pcie=_link(links["pcie"]), rule=entry["rule"])
+
+
+def record(name: str) -> dict[str, Any]:
+    """The GPU's entry in ``gpus.json`` as stored (every printed figure and its source)."""
+    entries = {e["id"]: e for e in json.loads(DATA.read_text(encoding="utf-8"))["gpus"]}
+    return lookup("GPU", name, entries)
+
+
+GPUS: dict[str, GPU] = {gpu.name: gpu for gpu in map(_gpu, json.loads(DATA.read_text(encoding="utf-8"))["gpus"])}
+"""The GPU table, in the order tables list it (the first edition's six first)."""
 
 
 def get(name: GPU | str) -> GPU:
@@ -126,7 +147,10 @@ def get(name: GPU | str) -> GPU:
     return lookup("GPU", name, GPUS)
 
 
-
-
 def names() -> list[str]:
     return list(GPUS)
+
+
+def display_name(gpu: GPU | str) -> str:
+    """The name figures and tables show ("A100 80GB SXM")."""
+    return get(gpu).display_name

@@ -5,7 +5,25 @@ All results are ``int`` bytes.  The KV-cache formula of the book is
     KV bytes = 2 * B * S * L * kv_dim * p
 
 with kv_dim = n_kv_heads * head_dim (= d_model for multi-head attention),
-2 for the key and the value, and p bytes per element.
+2 for the key and the value, and p bytes per element.  Models of today
+change two of its factors, layer by layer:
+
+- what a layer stores per token: K and V of every key/value head (with keys
+  and values of different widths, ``n_kv_heads * (head_dim + v_head_dim)``),
+  or, with multi-head latent attention, one latent and one rope key, stored
+  once: no factor 2 (DeepSeek-V3: (512 + 64) * 61 layers * 2 bytes = 70,272
+  bytes per token in BF16);
+- how many tokens a layer holds: every token of the context in a global
+  layer, at most the window W in a sliding-window layer, at most its chunk C
+  in a chunked layer (Llama 4).  So the sum runs over the layers:
+
+      KV bytes = B * p * sum over layers of (tokens held at S) * (elements per token)
+
+Mixture-of-experts layers change the weights, never the cache.
+
+vLLM (0.33.0, the version the book describes) allocates the cache in pages of
+``block_size`` tokens per layer, and reserves for a sliding-window layer a few
+blocks more than W (:func:`vllm_max_blocks`).
 """
 
 from __future__ import annotations
@@ -15,11 +33,12 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from . import models
-from .checks import byte_count, whole
-from .models import ModelSpec
-from .units import UNITS, bytes_per_element
+from .checks import byte_count, choice, flag, whole
+from .models import CHUNKED, LAYER_KINDS, SLIDING, ModelSpec
+from .units import UNITS, bytes_per_element, ceil_div
 
-K_AND_V = 2  # one key vector and one value vector per token per layer
+K_AND_V = 2  # one key vector and one value vector per token per layer (not for MLA's latent)
+VLLM_VERSION = "0.33.0"
 
 
 def _ceil_bytes(amount: Fraction) -> int:
@@ -28,17 +47,120 @@ def _ceil_bytes(amount: Fraction) -> int:
 
 
 def kv_bytes_per_token(model: ModelSpec | str, dtype: str = "fp16") -> int:
-    """KV-cache bytes one token adds: 2 * L * kv_dim * p, over all layers."""
+    """KV-cache bytes one token adds, over all layers, while the context is within every window.
+
+    2 * L * kv_dim * p for MHA, GQA and MQA; L * (latent + rope) * p for MLA.
+    Past a window, a sliding layer adds a token and drops one: use
+    :func:`kv_cache_bytes` for a whole request.
+    """
     spec = models.resolve(model)
-    return _ceil_bytes(K_AND_V * spec.n_layers * spec.kv_dim * bytes_per_element(dtype))
+    return _ceil_bytes(spec.n_layers * spec.cached_width * bytes_per_element(dtype))
+
+
+def kv_bytes_per_token_per_layer(model: ModelSpec | str, dtype: str = "fp16") -> int:
+    """Bytes one token stores in one layer: K and V of every key/value head, or MLA's latent and rope key."""
+    spec = models.resolve(model)
+    return _ceil_bytes(spec.cached_width * bytes_per_element(dtype))
+
+
+def tokens_held(model: ModelSpec | str, kind: str, seq_len: int) -> int:
+    """Tokens a layer of ``kind`` holds for a request of ``seq_len`` tokens: S, min(S, W) or min(S, C).
+
+    A sliding-window layer attends to the last W tokens; a chunked layer to the
+    tokens of its chunk, whose cache is dropped when the next chunk starts, so
+    it never holds more than C (the most it holds over the request).
+    """
+    spec = models.resolve(model)
+    seq_len = whole("seq_len", seq_len)
+    kind = choice("kind", kind, LAYER_KINDS)
+    if kind == SLIDING and spec.sliding_window is not None:
+        return min(seq_len, spec.sliding_window)
+    if kind == CHUNKED and spec.attention_chunk is not None:
+        return min(seq_len, spec.attention_chunk)
+    return seq_len
+
+
+def _kind_elements(spec: ModelSpec, kind: str, seq_len: int) -> int:
+    """Elements all layers of ``kind`` hold for one request of ``seq_len`` tokens."""
+    return spec.layers_of(kind) * tokens_held(spec, kind, seq_len) * spec.cached_width
 
 
 def kv_cache_bytes(model: ModelSpec | str, seq_len: int, batch: int = 1, dtype: str = "fp16") -> int:
-    """KV-cache bytes for ``batch`` requests of ``seq_len`` tokens each: 2 * B * S * L * kv_dim * p."""
+    """KV-cache bytes for ``batch`` requests of ``seq_len`` tokens each, summed over the layers.
+
+    2 * B * S * L * kv_dim * p for a model whose layers are all global; a
+    sliding layer counts min(S, W) tokens and a chunked one min(S, C).
+    """
     spec = models.resolve(model)
     seq_len = whole("seq_len", seq_len)
     batch = whole("batch", batch)
-    return _ceil_bytes(K_AND_V * batch * seq_len * spec.n_layers * spec.kv_dim * bytes_per_element(dtype))
+    elements = sum(_kind_elements(spec, kind, seq_len) for kind in LAYER_KINDS)
+    return _ceil_bytes(batch * elements * bytes_per_element(dtype))
+
+
+def kv_bytes_by_layer_kind(model: ModelSpec | str, seq_len: int, dtype: str = "fp16") -> dict[str, int]:
+    """One request's KV bytes per layer kind (only the kinds the model has): where the cache goes."""
+    spec = models.resolve(model)
+    seq_len = whole("seq_len", seq_len)
+    return {kind: _ceil_bytes(_kind_elements(spec, kind, seq_len) * bytes_per_element(dtype))
+            for kind in LAYER_KINDS if spec.layers_of(kind)}
+
+
+# ---------------------------------------------------------------------------
+# vLLM's pages (vLLM 0.33.0, vllm/v1/kv_cache_interface.py).
+
+
+def vllm_page_bytes(model: ModelSpec | str, block_size: int = 16, dtype: str = "fp16") -> int:
+    """One layer's KV page in vLLM: ``block_size`` tokens of that layer's cache.
+
+    ``AttentionSpec.page_size_bytes``: num_kv_heads * block_size * (head_size +
+    head_size_v) * dtype size, the same for a global, a sliding-window and a
+    chunked layer; for MLA, ``MLAAttentionSpec`` has one KV head of head size
+    kv_lora_rank + qk_rope_head_dim and no separate V (mla_attention.py,
+    ``get_kv_cache_spec``).  Both are ``block_size * cached_width * p``.
+    """
+    block_size = whole("block_size", block_size)
+    return block_size * kv_bytes_per_token_per_layer(model, dtype)
+
+
+def vllm_max_blocks(model: ModelSpec | str, kind: str, max_model_len: int, *, block_size: int = 16,
+                    max_num_batched_tokens: int, concurrent_batches: int = 1) -> int:
+    """Blocks vLLM 0.33.0 reserves per request for one layer of ``kind`` (its pool sizing and admission bound).
+
+    - global (``FullAttentionSpec.max_memory_usage_bytes``): cdiv(max_model_len, block_size);
+    - sliding (``SlidingWindowSpec.max_admission_blocks_per_request``):
+      cdiv(min(W - 1 + in-flight tokens, max_model_len), block_size) + 1, the +1
+      because the window need not start on a block boundary;
+    - chunked (``ChunkedLocalAttentionSpec.max_admission_blocks_per_request``):
+      cdiv(min(C + in-flight tokens, max_model_len), block_size).
+
+    In-flight tokens are ``concurrent_batches * max_num_batched_tokens``
+    (``VllmConfig.max_in_flight_tokens``: 2 batches with async scheduling, the
+    pipeline depth with pipeline parallelism, else 1).  vLLM's default
+    ``max_num_batched_tokens`` depends on the GPU and the entry point
+    (``engine/arg_utils.py``), so it is required here.
+    """
+    spec = models.resolve(model)
+    kind = choice("kind", kind, LAYER_KINDS)
+    max_model_len = whole("max_model_len", max_model_len)
+    block_size = whole("block_size", block_size)
+    in_flight = whole("concurrent_batches", concurrent_batches) * whole("max_num_batched_tokens",
+                                                                        max_num_batched_tokens)
+    if kind == SLIDING and spec.sliding_window is not None:
+        return ceil_div(min(spec.sliding_window - 1 + in_flight, max_model_len), block_size) + 1
+    if kind == CHUNKED and spec.attention_chunk is not None:
+        return ceil_div(min(spec.attention_chunk + in_flight, max_model_len), block_size)
+    return ceil_div(max_model_len, block_size)
+
+
+def vllm_max_request_bytes(model: ModelSpec | str, max_model_len: int, *, block_size: int = 16,
+                           max_num_batched_tokens: int, concurrent_batches: int = 1, dtype: str = "fp16") -> int:
+    """KV bytes vLLM 0.33.0 reserves for one request of ``max_model_len`` tokens: blocks times pages, every layer."""
+    spec = models.resolve(model)
+    page = vllm_page_bytes(spec, block_size, dtype)
+    return sum(spec.layers_of(kind) * page * vllm_max_blocks(
+        spec, kind, max_model_len, block_size=block_size, max_num_batched_tokens=max_num_batched_tokens,
+        concurrent_batches=concurrent_batches) for kind in LAYER_KINDS if spec.layers_of(kind))
 
 
 def max_batch(budget: int, per_request: int) -> int:
@@ -69,6 +191,20 @@ def weight_bytes(n_params: int, dtype: str = "fp16", group_size: int | None = No
         if zero_points:
             total += groups * bytes_per_element(dtype)
     return _ceil_bytes(total)
+
+
+def model_weight_bytes(model: ModelSpec | str, dtype: str = "fp16", *, active: bool = False,
+                       group_size: int | None = None, scale_dtype: str = "fp16", zero_points: bool = True) -> int:
+    """Bytes of a model's weights: every parameter (``n_params``), or with ``active`` those one token uses.
+
+    A mixture of experts must hold every expert in memory; ``active`` is what
+    one token reads (:func:`servebook.models.params.active_params`), not what fits.
+    """
+    spec = models.resolve(model)
+    if spec.n_params is None:
+        raise ValueError(f"{spec.name}: weight bytes need the model's parameter count (n_params)")
+    n = spec.count_active_params() if flag("active", active) else spec.n_params
+    return weight_bytes(n, dtype, group_size=group_size, scale_dtype=scale_dtype, zero_points=zero_points)
 
 
 @dataclass(frozen=True)
@@ -124,3 +260,10 @@ def capacity_plan(gpu: int, weights: int, per_request: int, overhead: int = 0) -
             "nothing is left for the KV cache"
         )
     return CapacityPlan(gpu=gpu, weights=weights, overhead=overhead, per_request=per_request)
+
+
+def model_capacity_plan(model: ModelSpec | str, gpu: int, seq_len: int, *, weights_dtype: str = "fp16",
+                        kv_dtype: str = "fp16", overhead: int = 0) -> CapacityPlan:
+    """A :func:`capacity_plan` for ``model``: all its weights, and requests of ``seq_len`` tokens (layer by layer)."""
+    return capacity_plan(gpu, model_weight_bytes(model, weights_dtype), kv_cache_bytes(model, seq_len, dtype=kv_dtype),
+                         overhead=overhead)
