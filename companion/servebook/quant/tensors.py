@@ -133,7 +133,7 @@ def weight_granularity(group_size: int | str | None, *, allow_none: bool = True)
     ``"tensor"`` (one grid for the whole matrix), or ``None`` (per channel; refused where
     ``allow_none`` is off, so that a caller can insist on a name).
     """
-    if isinstance(group_size, str):
+    if isinstance(group_size, str) or (group_size is None and not allow_none):
         return choice("group_size", group_size, WEIGHT_GRANULARITIES), None
     group_size = check_group_size(group_size, allow_none=allow_none)
     return ("channel", None) if group_size is None else ("group", group_size)
