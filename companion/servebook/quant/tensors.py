@@ -181,13 +181,17 @@ def _params_view(x, qparams: QParams):
     return x, scale.reshape(broadcast), zero_point.reshape(broadcast)
 
 
-def quantize(x, qparams: QParams, rounding: Rounding | str = Rounding.HALF_UP):
-    """Integer codes of ``x`` on the grid ``qparams`` (same shape as ``x``)."""
+def _on_grid(affine, x, qparams, rounding):
+    """``affine`` (:func:`quantize_affine` or :func:`fake_quantize_affine`) of ``x``, ``qparams`` broadcast over it."""
     qparams = _checked(qparams)
     x = as_float_array(x, "x")
     view, scale, zero_point = _params_view(x, qparams)
-    codes = quantize_affine(view, scale, zero_point, qparams.qmin, qparams.qmax, rounding)
-    return codes.reshape(x.shape)
+    return affine(view, scale, zero_point, qparams.qmin, qparams.qmax, rounding).reshape(x.shape)
+
+
+def quantize(x, qparams: QParams, rounding: Rounding | str = Rounding.HALF_UP):
+    """Integer codes of ``x`` on the grid ``qparams`` (same shape as ``x``)."""
+    return _on_grid(quantize_affine, x, qparams, rounding)
 
 
 def dequantize(codes, qparams: QParams, *, dtype=None):
@@ -206,11 +210,7 @@ def dequantize(codes, qparams: QParams, *, dtype=None):
 
 def fake_quantize(x, qparams: QParams, rounding: Rounding | str = Rounding.HALF_UP):
     """``dequantize(quantize(x))``: ``x`` snapped to its grid, in ``x``'s float dtype."""
-    qparams = _checked(qparams)
-    x = as_float_array(x, "x")
-    view, scale, zero_point = _params_view(x, qparams)
-    out = fake_quantize_affine(view, scale, zero_point, qparams.qmin, qparams.qmax, rounding)
-    return out.reshape(x.shape)
+    return _on_grid(fake_quantize_affine, x, qparams, rounding)
 
 
 def quantization_error(x, qparams: QParams, rounding: Rounding | str = Rounding.HALF_UP):
