@@ -49,7 +49,7 @@ def main() -> None:
 
     def device_path(function):
         def run():
-            with mock.patch.object(quant, "_numpy_view", lambda value: None):
+            with mock.patch.object(quant._fast, "numpy_view", lambda value: None):
                 return function()
         return run
 

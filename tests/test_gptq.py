@@ -1,11 +1,13 @@
 """GPTQ: beats round-to-nearest on the layer's output, agrees with it where the methods coincide, bad input."""
 
+import statistics
+
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servebook import gptq, quant
+from servebook import awq, gptq, qmodel, quant, smallmodel
 from servebook.quant import Mapping
 
 
@@ -20,17 +22,21 @@ def rtn(W: torch.Tensor, bits: int, group_size, mapping=Mapping.ASYMMETRIC) -> t
     return quant.fake_quantize(W, quant.weight_qparams(W, bits, group_size, mapping))
 
 
+def seeded_layer(seed: int, out_features: int = 32, in_features: int = 128):
+    """A weight (out x in, N(0, 0.05^2)), correlated inputs (4 tokens per input feature) and their Hessian."""
+    W = torch.randn(out_features, in_features, generator=torch.Generator().manual_seed(seed)) * 0.05
+    X = correlated_inputs(4 * in_features, in_features, seed=seed + 1)
+    return W, X, gptq.hessian(X)
+
+
 @pytest.fixture(scope="module")
 def layer():
-    g = torch.Generator().manual_seed(0)
-    W = torch.randn(32, 128, generator=g) * 0.05
-    X = correlated_inputs(512, 128, seed=1)
-    return W, X, gptq.hessian(X)
+    return seeded_layer(0)
 
 
 @pytest.mark.parametrize(("bits", "group_size", "act_order"),
                          [(4, None, False), (4, 64, False), (4, 32, False), (4, 32, True), (3, 64, True)])
-def test_gptq_beats_rtn_on_random_layer(layer, group_size, act_order, bits):
+def test_gptq_beats_rtn_on_a_seeded_layer(layer, group_size, act_order, bits):
     W, X, H = layer
     result = gptq.gptq_quantize(W, H, bits, group_size, act_order=act_order)
     ours = gptq.layer_error(W, result.dequantize(), X)
@@ -38,22 +44,56 @@ def test_gptq_beats_rtn_on_random_layer(layer, group_size, act_order, bits):
     assert ours < 0.8 * baseline
 
 
-@settings(max_examples=10, deadline=None)
-@given(seed=st.integers(0, 10_000), out=st.sampled_from([8, 16]), groups=st.sampled_from([1, 2, 3]),
-       group_size=st.sampled_from([8, 16]))
-def test_gptq_never_worse_than_rtn_with_correlated_inputs(seed, out, groups, group_size):
-    in_features = groups * group_size
-    W = torch.randn(out, in_features, generator=torch.Generator().manual_seed(seed))
-    X = correlated_inputs(8 * in_features, in_features, seed + 1)
-    result = gptq.gptq_quantize(W, gptq.hessian(X), 4, group_size)
-    assert gptq.layer_error(W, result.dequantize(), X) <= gptq.layer_error(W, rtn(W, 4, group_size), X)
+# GPTQ minimises the output error greedily, one column at a time, so on one layer it can lose to
+# round-to-nearest: of 3,600 seeded layers of the shapes below (seeds 0-299, N(0, 1) weights, 4-bit),
+# 25 (0.7 %) came out worse, by up to 16 %, nearly all of them a single group of 8 inputs.  On average
+# it wins clearly: its error is 0.792 of RTN's over the 3,600, and the mean over 60 layers (5 seeds per
+# shape) stays within 0.766..0.824 over 60 disjoint seed sets (sd 0.014).  Seeds 0-4 give 0.788;
+# the bound 0.9 is eight standard deviations away.
+LAYER_SHAPES = [(out, n_groups, group_size) for out in (8, 16) for n_groups in (1, 2, 3) for group_size in (8, 16)]
 
 
+def test_gptq_beats_rtn_on_average_over_seeded_layers():
+    ratios = []
+    for seed in range(5):
+        for out, n_groups, group_size in LAYER_SHAPES:
+            in_features = n_groups * group_size
+            W = torch.randn(out, in_features, generator=torch.Generator().manual_seed(seed))
+            X = correlated_inputs(8 * in_features, in_features, seed + 1)
+            result = gptq.gptq_quantize(W, gptq.hessian(X), 4, group_size)
+            ratios.append(gptq.layer_error(W, result.dequantize(), X) / gptq.layer_error(W, rtn(W, 4, group_size), X))
+    assert len(ratios) == 60
+    assert statistics.mean(ratios) < 0.9
+
+
+@pytest.fixture(scope="module")
+def book_layers():
+    """Every linear layer of the book's tiny Llama, with its activation statistics on the calibration text."""
+    model, tokenizer = smallmodel.load("tiny-llama")
+    calibration = smallmodel.calibration_batch(smallmodel.encode(tokenizer, smallmodel.calibration_text()),
+                                               n_samples=16, seq_len=64)
+    stats = smallmodel.layer_statistics(model, calibration)
+    return {name: (layer.weight.detach(), stats[name]) for name, layer in qmodel.linear_layers(model).items()}
+
+
+def test_gptq_beats_rtn_on_every_layer_of_the_book_model(book_layers):
+    """On the 28 real layers GPTQ's output error is 0.37 of RTN's on average and 0.52 at worst
+    (model.layers.3.mlp.down_proj), INT4 g128: far inside the bound."""
+    assert len(book_layers) == 28
+    for name, (W, acc) in book_layers.items():
+        gram = acc.H / 2
+        rtn_error = awq.relative_output_error(W, rtn(W, 4, 128), gram)
+        gptq_error = awq.relative_output_error(W, gptq.gptq_quantize(W, acc.H, 4, 128).dequantize(), gram)
+        assert gptq_error < 0.75 * rtn_error, name
+
+
+@settings(max_examples=3, deadline=None)
+@given(seed=st.integers(0, 2**31 - 2))
 @pytest.mark.parametrize(("group_size", "mapping"),
                          [(None, Mapping.ASYMMETRIC), (32, Mapping.ASYMMETRIC), (64, Mapping.SYMMETRIC)])
-def test_diagonal_hessian_gives_round_to_nearest_codes(layer, group_size, mapping):
+def test_diagonal_hessian_gives_round_to_nearest_codes(group_size, mapping, seed):
     """Uncorrelated inputs leave no error to feed forward: GPTQ's codes are the basic quantizer's."""
-    W, X, _ = layer
+    W, X, _ = seeded_layer(seed)
     H = torch.diag(torch.diag(gptq.hessian(X)))
     result = gptq.gptq_quantize(W, H, 4, group_size, mapping=mapping)
     qparams = quant.weight_qparams(W, 4, group_size, mapping)
@@ -134,12 +174,14 @@ def test_bad_input(layer):
         _ = gptq.HessianAccumulator(8).H
 
 
+@settings(max_examples=2, deadline=None)
+@given(seed=st.integers(0, 2**31 - 2))
 @pytest.mark.parametrize(("group_size", "act_order"), [(None, False), (32, False), (32, True)])
 @pytest.mark.parametrize("shift", [2.0, -2.0])
-def test_grid_contains_zero_so_one_signed_groups_do_not_saturate(layer, group_size, act_order, shift):
+def test_grid_contains_zero_so_one_signed_groups_do_not_saturate(group_size, act_order, shift, seed):
     """Rows whose weights are all positive (or all negative): the reference quantizer widens the range to 0,
     so the zero point stays a code and no weight is clipped (error <= s/2; a clipped grid is off by ~|shift|)."""
-    W, X, _ = layer
+    W, X, _ = seeded_layer(seed)
     W = W + shift
     H = torch.diag(torch.diag(gptq.hessian(X)))   # no error feedback: each weight is only rounded
     result = gptq.gptq_quantize(W, H, 4, group_size, act_order=act_order)

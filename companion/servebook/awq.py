@@ -24,16 +24,18 @@ and far cheaper than pushing every token through every candidate.
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass
 
 import torch
 
 from . import quant
-from .gptq import HessianAccumulator, _check_matrix, as_mapping, check_group_size, one_thread_on_cpu
+from .checks import group_size as check_group_size
+from .checks import interval, member, whole
+from .gptq import HessianAccumulator, _check_matrix, one_thread_on_cpu
 from .quant import Mapping, QParams, Rounding
 
-__all__ = ["AWQResult", "activation_scale", "awq_scales", "output_error", "search_scale", "awq_quantize"]
+__all__ = ["AWQResult", "activation_scale", "awq_scales", "output_error", "relative_output_error", "search_scale",
+           "awq_quantize"]
 
 DEFAULT_GRID = 20     # the AWQ paper's grid size for alpha
 SCALE_FLOOR = 1e-4    # a dead channel (mean |x| = 0) keeps a finite, tiny scale
@@ -56,9 +58,8 @@ def awq_scales(mean_abs: torch.Tensor, alpha: float) -> torch.Tensor:
         raise ValueError("mean_abs must be a 1-D torch.Tensor, one value per input channel")
     if not bool(torch.isfinite(mean_abs).all()) or bool((mean_abs < 0).any()):
         raise ValueError("mean_abs must be finite and non-negative")
-    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 0 <= alpha <= 1:
-        raise ValueError(f"alpha must be a real number in [0, 1], got {alpha!r}")
-    s = mean_abs.float().pow(float(alpha)).clamp(min=SCALE_FLOOR)
+    alpha = interval("alpha", alpha, 0, 1)
+    s = mean_abs.float().pow(alpha).clamp(min=SCALE_FLOOR)
     # Centre the scales on 1 (geometrically): the grid then stretches some columns and shrinks others.
     return s / torch.sqrt(s.max() * s.min())
 
@@ -102,11 +103,10 @@ def search_scale(weights, mean_abs: torch.Tensor, gram: torch.Tensor, bits: int 
         raise ValueError(f"mean_abs must have shape ({in_features},), one value per input channel")
     if not isinstance(gram, torch.Tensor) or gram.shape != (in_features, in_features):
         raise ValueError(f"gram must have shape ({in_features}, {in_features})")
-    mapping = as_mapping(mapping)
+    mapping = member("mapping", mapping, Mapping)
     quant.qrange(bits, mapping)
     group_size = check_group_size(group_size, in_features)
-    if isinstance(grid, bool) or not isinstance(grid, numbers.Integral) or grid < 1:
-        raise ValueError(f"grid must be a positive int, got {grid!r}")
+    grid = whole("grid", grid)
 
     history = []
     best = (float("inf"), 0.0, None)
@@ -166,7 +166,7 @@ def awq_quantize(weight: torch.Tensor, x: torch.Tensor | None = None, bits: int 
         raise ValueError("awq_quantize needs calibration activations x, or both mean_abs and gram")
     s, alpha, history = search_scale(weight, mean_abs, gram, bits, group_size, mapping=mapping, grid=grid,
                                      rounding=rounding)
-    mapping = as_mapping(mapping)
+    mapping = member("mapping", mapping, Mapping)
     scaled = weight.detach().float() * s
     qparams = quant.weight_qparams(scaled, bits, group_size, mapping)
     codes = quant.quantize(scaled, qparams, rounding)

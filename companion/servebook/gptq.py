@@ -24,17 +24,16 @@ original weights ("static groups"), which keeps groups contiguous.
 from __future__ import annotations
 
 import contextlib
-import numbers
 from dataclasses import dataclass
 
 import torch
 
 from . import quant
-from .checks import whole
+from .checks import flag, interval, member, whole
+from .checks import group_size as check_group_size
 from .quant import Mapping, QParams, Rounding
 
-__all__ = ["HessianAccumulator", "GPTQResult", "hessian", "gptq_quantize", "layer_error", "as_mapping",
-           "check_group_size", "one_thread_on_cpu"]
+__all__ = ["HessianAccumulator", "GPTQResult", "hessian", "gptq_quantize", "layer_error", "one_thread_on_cpu"]
 
 DEFAULT_BLOCK = 128
 
@@ -49,17 +48,6 @@ def _check_matrix(x, name: str) -> torch.Tensor:
     if not bool(torch.isfinite(x).all()):
         raise ValueError(f"{name} must be finite: it holds NaN or inf")
     return x
-
-
-def as_mapping(mapping) -> Mapping:
-    """A :class:`~servebook.quant.Mapping`, from itself or its name (``"asymmetric"``, ``"symmetric"``)."""
-    if isinstance(mapping, Mapping):
-        return mapping
-    if isinstance(mapping, str):
-        for member in Mapping:
-            if mapping.lower() in (member.value, member.name.lower()):
-                return member
-    raise ValueError(f"mapping must be one of {', '.join(m.name for m in Mapping)}, got {mapping!r}")
 
 
 @contextlib.contextmanager
@@ -78,16 +66,6 @@ def one_thread_on_cpu(device=None):
         yield
     finally:
         torch.set_num_threads(previous)
-
-
-def check_group_size(group_size, in_features: int) -> int | None:
-    """``None`` (one scale per output row) or a positive int that divides ``in_features``."""
-    if group_size is None:
-        return None
-    group_size = whole("group_size", group_size)
-    if in_features % group_size:
-        raise ValueError(f"group_size {group_size} must divide in_features {in_features}")
-    return group_size
 
 
 def _rows_of(x: torch.Tensor, in_features: int, name: str) -> torch.Tensor:
@@ -219,13 +197,12 @@ def _gptq(weight, H, bits, group_size, mapping, block_size, damp, act_order, rou
     if H.shape != (in_features, in_features):
         raise ValueError(f"H must be ({in_features}, {in_features}) for a weight with {in_features} input "
                          f"features, got {tuple(H.shape)}")
-    mapping = as_mapping(mapping)
+    mapping = member("mapping", mapping, Mapping)
+    rounding = member("rounding", rounding, Rounding)
     qmin, qmax = quant.qrange(bits, mapping)
     group_size = check_group_size(group_size, in_features)
-    if isinstance(damp, bool) or not isinstance(damp, numbers.Real) or not 0 < damp <= 1:
-        raise ValueError(f"damp must be a fraction in (0, 1], got {damp!r}")
-    if not isinstance(act_order, bool):
-        raise TypeError(f"act_order must be a bool, got {type(act_order).__name__}")
+    damp = interval("damp", damp, 0, 1, include_low=False)
+    act_order = flag("act_order", act_order)
     block_size = _block_size(block_size, group_size)
 
     W = weight.detach().float().clone()

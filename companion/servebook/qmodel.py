@@ -22,21 +22,22 @@ arithmetic.
 from __future__ import annotations
 
 import copy
-import math
-import numbers
 import time
 from dataclasses import dataclass, field
 from fractions import Fraction
+from functools import partial
 
 import torch
 from torch import nn
 
 from . import memory, quant
 from .awq import search_scale
-from .checks import whole
-from .gptq import HessianAccumulator, as_mapping, gptq_quantize, one_thread_on_cpu
+from .calibration import for_each_block, input_statistics
+from .checks import choice, flag, member, whole
+from .checks import group_size as check_group_size
+from .gptq import gptq_quantize, one_thread_on_cpu
 from .quant import Mapping, QParams, Rounding
-from .units import DTYPE_BYTES
+from .units import DTYPE_BYTES, ceil_div
 
 __all__ = ["METHODS", "PACKABLE_BITS", "QuantizedLinear", "QuantizationReport", "rtn_quantize",
            "quantize_model", "linear_layers", "formula_bytes", "bits_per_weight", "SIMULATED_BITS"]
@@ -44,7 +45,6 @@ __all__ = ["METHODS", "PACKABLE_BITS", "QuantizedLinear", "QuantizationReport", 
 METHODS = ("rtn", "gptq", "awq")
 PACKABLE_BITS = (4, 8)
 SIMULATED_BITS = range(2, 9)   # pack=False: any width the methods handle, weights kept as dequantized floats
-GRANULARITIES = ("tensor", "channel")
 
 # Where 1/s goes for each group of Llama-family layers that read one input (names inside a decoder block).
 LLAMA_FOLDS = {
@@ -55,19 +55,9 @@ LLAMA_FOLDS = {
 }
 
 
-def _check_bits(bits) -> int:
-    if isinstance(bits, bool) or not isinstance(bits, numbers.Integral) or bits not in PACKABLE_BITS:
-        raise ValueError(f"bits must be one of {PACKABLE_BITS} (what QuantizedLinear packs), got {bits!r}")
-    return int(bits)
-
-
-def _granularity(group_size) -> tuple[str, int | None]:
-    """``("group", g)``, ``("channel", None)`` or ``("tensor", None)`` from a group_size argument."""
-    if group_size in GRANULARITIES:
-        return group_size, None
-    if isinstance(group_size, bool) or not isinstance(group_size, numbers.Integral) or group_size <= 0:
-        raise ValueError(f"group_size must be a positive int, 'channel' or 'tensor', got {group_size!r}")
-    return "group", int(group_size)
+def _packable_bits(bits) -> int:
+    """A width :class:`QuantizedLinear` packs (4 or 8 bits)."""
+    return choice("bits", whole("bits", bits), PACKABLE_BITS)
 
 
 def rtn_quantize(weight: torch.Tensor, bits: int = 4, group_size: int | str = 128, *,
@@ -77,7 +67,7 @@ def rtn_quantize(weight: torch.Tensor, bits: int = 4, group_size: int | str = 12
 
     The grid is :func:`servebook.quant.weight_qparams`, the one GPTQ and AWQ use (its range contains 0).
     """
-    kind, g = _granularity(group_size)
+    kind, g = quant.weight_granularity(group_size, allow_none=False)
     qparams = quant.weight_qparams(weight, bits, g or kind, mapping)
     return quant.quantize(weight, qparams, rounding), qparams
 
@@ -96,7 +86,7 @@ class QuantizedLinear(nn.Module):
                  group_size: int | None = None, bias: torch.Tensor | None = None):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
-        self.bits, self.mapping = _check_bits(bits), mapping
+        self.bits, self.mapping = _packable_bits(bits), mapping
         self.granularity, self.group_size = granularity, group_size
         self.register_buffer("qweight", torch.empty(0, dtype=torch.uint8))
         self.register_buffer("scales", torch.empty(0, dtype=torch.float16))
@@ -113,7 +103,7 @@ class QuantizedLinear(nn.Module):
         shape = (linear.out_features, linear.in_features)
         if tuple(codes.shape) != shape:
             raise ValueError(f"codes must have the weight's shape {shape}, got {tuple(codes.shape)}")
-        bits = _check_bits(qparams.bits)
+        bits = _packable_bits(qparams.bits)
         if bits == 4 and linear.in_features % 2:
             raise ValueError(f"in_features must be even to pack two INT4 codes per byte, got {linear.in_features}")
         if qparams.group_size is not None:
@@ -191,8 +181,8 @@ def formula_bytes(out_features: int, in_features: int, bits: int, group_size: in
     """
     n = whole("out_features", out_features) * whole("in_features", in_features)
     bits = whole("bits", bits)
-    zero_points = as_mapping(mapping) is Mapping.ASYMMETRIC
-    kind, g = _granularity(group_size)
+    zero_points = member("mapping", mapping, Mapping) is Mapping.ASYMMETRIC
+    kind, g = quant.weight_granularity(group_size, allow_none=False)
     g = {"group": g, "channel": whole("in_features", in_features), "tensor": n}[kind]
     return _quantized_bytes(n, bits, g, zero_points)
 
@@ -211,8 +201,8 @@ def _quantized_bytes(n_params: int, bits: int, group_size: int, zero_points: boo
     if code_dtype in DTYPE_BYTES and scale_dtype is not None:
         return memory.weight_bytes(n_params, code_dtype, group_size=group_size, scale_dtype=scale_dtype,
                                    zero_points=zero_points)
-    groups = math.ceil(Fraction(n_params, group_size))
-    return math.ceil(Fraction(n_params * bits, 8) + groups * Fraction(scale_bits + (bits if zero_points else 0), 8))
+    groups = ceil_div(n_params, group_size)
+    return ceil_div(n_params * bits + groups * (scale_bits + (bits if zero_points else 0)), 8)
 
 
 @dataclass
@@ -275,29 +265,9 @@ def quantize_model(model: nn.Module, method: str = "rtn", *, bits: int = 4, grou
 
     The model is copied first unless ``inplace``.
     """
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
-    if not isinstance(pack, bool):
-        raise TypeError(f"pack must be a bool, got {type(pack).__name__}")
-    if pack:
-        bits = _check_bits(bits)
-    elif isinstance(bits, bool) or not isinstance(bits, numbers.Integral) or bits not in SIMULATED_BITS:
-        raise ValueError(f"bits must be in 2..8 when simulating (pack=False), got {bits!r}")
-    kind, g = _granularity(group_size)
-    mapping = as_mapping(mapping)
-    if kind == "tensor" and method != "rtn":
-        raise ValueError(f"group_size='tensor' is for method 'rtn' only; {method} needs 'channel' or an int")
-    targets = linear_layers(model, skip)
-    if not targets:
-        raise ValueError("model has no nn.Linear layers to quantize (the output embedding is never quantized)")
-    for name, linear in targets.items():
-        if g is not None and linear.in_features % g:
-            raise ValueError(f"group_size {g} must divide in_features of every layer; {name} has "
-                             f"{linear.in_features}")
-    if method == "rtn" and calibration is not None:
-        raise ValueError("method 'rtn' uses no calibration data; pass calibration=None")
-    if method != "rtn":
-        calibration = _check_calibration(calibration, model)
+    method, bits, g, mapping = _checked_options(method, bits, group_size, mapping, pack)
+    targets = _targets(model, skip, g)
+    calibration = _check_calibration(method, calibration, model)
     if not inplace:
         model = copy.deepcopy(model)
         targets = linear_layers(model, skip)
@@ -307,24 +277,49 @@ def quantize_model(model: nn.Module, method: str = "rtn", *, bits: int = 4, grou
     options = dict(bits=bits, group_size=g, mapping=mapping, rounding=rounding)
     with torch.no_grad(), one_thread_on_cpu(next(model.parameters()).device):
         if method == "rtn":
-            for name, linear in targets.items():
-                tick = time.perf_counter()
-                codes, qparams = rtn_quantize(linear.weight.detach().float(), bits, group_size, mapping=mapping,
-                                              rounding=rounding)
-                _replace(model, name, linear, codes, qparams, report)
-                report.layer_seconds[name] = time.perf_counter() - tick
+            _quantize_rtn(model, targets, report, group_size, mapping, rounding)
         else:
-            step = _gptq_block if method == "gptq" else _awq_block
             extra = dict(act_order=act_order, damp=damp, block_size=block_size) if method == "gptq" else dict(grid=grid)
-            blocks = _decoder_blocks(model)
-            inputs = _block_inputs(model, blocks[0], calibration, batch_size)
-            for block in blocks:
-                prefix = _name_of(model, block)
-                inside = {name[len(prefix) + 1:]: lin for name, lin in targets.items() if name.startswith(prefix + ".")}
-                step(model, block, prefix, inside, inputs, report, **options, **extra)
-                inputs = [(_run_block(block, hidden, kwargs), kwargs) for hidden, kwargs in inputs]
+            step = partial(_gptq_block if method == "gptq" else _awq_block, model, report, **options, **extra)
+            for_each_block(model, targets, calibration, batch_size, step)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _checked_options(method, bits, group_size, mapping, pack) -> tuple[str, int, int | None, Mapping]:
+    """``quantize_model``'s method, bits, group size (None for a grid per channel or per tensor) and mapping."""
+    method = choice("method", method, METHODS)
+    if flag("pack", pack):
+        bits = _packable_bits(bits)
+    else:
+        bits = whole("bits", bits, min(SIMULATED_BITS), max(SIMULATED_BITS))
+    kind, g = quant.weight_granularity(group_size, allow_none=False)
+    mapping = member("mapping", mapping, Mapping)
+    if kind == "tensor" and method != "rtn":
+        raise ValueError(f"group_size='tensor' is for method 'rtn' only; {method} needs 'channel' or an int")
+    return method, bits, g, mapping
+
+
+def _targets(model: nn.Module, skip, group_size: int | None) -> dict[str, nn.Linear]:
+    """The linear layers to quantize; ``group_size`` must cut each one's input features into whole groups."""
+    targets = linear_layers(model, skip)
+    if not targets:
+        raise ValueError("model has no nn.Linear layers to quantize (the output embedding is never quantized)")
+    for name, linear in targets.items():
+        try:
+            check_group_size(group_size, linear.in_features)
+        except ValueError as err:
+            raise ValueError(f"{err}; layer {name} has in_features {linear.in_features}") from None
+    return targets
+
+
+def _quantize_rtn(model, targets, report, group_size, mapping, rounding) -> None:
+    for name, linear in targets.items():
+        tick = time.perf_counter()
+        codes, qparams = rtn_quantize(linear.weight.detach().float(), report.bits, group_size, mapping=mapping,
+                                      rounding=rounding)
+        _replace(model, name, linear, codes, qparams, report)
+        report.layer_seconds[name] = time.perf_counter() - tick
 
 
 def _replace(model: nn.Module, name: str, linear: nn.Linear, codes, qparams, report: QuantizationReport):
@@ -342,7 +337,12 @@ def _replace(model: nn.Module, name: str, linear: nn.Linear, codes, qparams, rep
     report.bytes_after += layer.weight_nbytes()
 
 
-def _check_calibration(calibration, model) -> torch.Tensor:
+def _check_calibration(method, calibration, model) -> torch.Tensor | None:
+    """Token ids for GPTQ and AWQ (n_samples x seq_len, inside the vocabulary); none for RTN."""
+    if method == "rtn":
+        if calibration is not None:
+            raise ValueError("method 'rtn' uses no calibration data; pass calibration=None")
+        return None
     if calibration is None:
         raise ValueError("gptq and awq need calibration token ids, shape (n_samples, seq_len)")
     if not isinstance(calibration, torch.Tensor):
@@ -359,84 +359,9 @@ def _check_calibration(calibration, model) -> torch.Tensor:
     return calibration.long()
 
 
-def _decoder_blocks(model: nn.Module) -> nn.ModuleList:
-    """The model's stack of transformer blocks: the longest ModuleList whose entries hold linear layers."""
-    candidates = [m for m in model.modules() if isinstance(m, nn.ModuleList) and len(m)
-                  and all(any(isinstance(x, nn.Linear) for x in block.modules()) for block in m)]
-    if not candidates:
-        raise ValueError("gptq and awq work block by block, and the model has no nn.ModuleList of blocks "
-                         "holding linear layers")
-    return max(candidates, key=len)
-
-
-def _name_of(model: nn.Module, module: nn.Module) -> str:
-    return next(name for name, m in model.named_modules() if m is module)
-
-
-class _StopForward(Exception):
-    pass
-
-
-def _block_inputs(model, first_block, calibration, batch_size):
-    """The hidden states (and keyword arguments) the first block receives, one entry per calibration batch."""
-    captured = []
-
-    def grab(module, args, kwargs):
-        hidden = args[0] if args else kwargs.pop("hidden_states")
-        captured.append((hidden.detach(), dict(kwargs)))
-        raise _StopForward
-
-    device = next(model.parameters()).device
-    handle = first_block.register_forward_pre_hook(grab, with_kwargs=True)
-    try:
-        for chunk in calibration.split(batch_size):
-            try:
-                model(input_ids=chunk.to(device), use_cache=False)
-            except _StopForward:
-                pass
-    finally:
-        handle.remove()
-    return captured
-
-
-def _run_block(block, hidden, kwargs):
-    out = block(hidden, **kwargs)
-    return out[0] if isinstance(out, tuple) else out
-
-
-def _collect(block, inside, inputs):
-    """One pass of the calibration batches through ``block``: activation statistics per layer, and which
-    layers read the same input tensor (q, k and v do)."""
-    stats = {name: HessianAccumulator(lin.in_features, device=lin.weight.device) for name, lin in inside.items()}
-    first_inputs: dict[str, torch.Tensor] = {}
-
-    def hook(name):
-        def record(module, args, output):
-            stats[name].add(args[0])
-            first_inputs.setdefault(name, args[0])
-        return record
-
-    handles = [lin.register_forward_hook(hook(name)) for name, lin in inside.items()]
-    try:
-        for hidden, kwargs in inputs:
-            _run_block(block, hidden, kwargs)
-    finally:
-        for handle in handles:
-            handle.remove()
-    groups: list[list[str]] = []
-    for name in inside:
-        for group in groups:
-            if first_inputs[group[0]] is first_inputs[name]:
-                group.append(name)
-                break
-        else:
-            groups.append([name])
-    return stats, groups
-
-
-def _gptq_block(model, block, prefix, inside, inputs, report, *, bits, group_size, mapping, rounding,
+def _gptq_block(model, report, block, prefix, inside, inputs, *, bits, group_size, mapping, rounding,
                 act_order, damp, block_size):
-    stats, _ = _collect(block, inside, inputs)
+    stats, _ = input_statistics(block, inside, inputs)
     for name, linear in inside.items():
         tick = time.perf_counter()
         result = gptq_quantize(linear.weight.detach(), stats[name].H, bits, group_size, mapping=mapping,
@@ -446,8 +371,8 @@ def _gptq_block(model, block, prefix, inside, inputs, report, *, bits, group_siz
         report.details[f"{prefix}.{name}"] = {"gptq_loss": result.loss}
 
 
-def _awq_block(model, block, prefix, inside, inputs, report, *, bits, group_size, mapping, rounding, grid):
-    stats, groups = _collect(block, inside, inputs)
+def _awq_block(model, report, block, prefix, inside, inputs, *, bits, group_size, mapping, rounding, grid):
+    stats, groups = input_statistics(block, inside, inputs)
     scales = []
     for group in groups:
         tick = time.perf_counter()
@@ -507,10 +432,9 @@ def _fold(previous: nn.Module, s: torch.Tensor) -> None:
 def bits_per_weight(bits: int, group_size: int, zero_points: bool = True, scale_bits: int = 16) -> float:
     """Average stored bits per weight with one scale (and zero point) per ``group_size`` weights:
     ``bits + (scale_bits + bits) / group_size``, counted in bytes as :func:`formula_bytes` counts them."""
-    bits, group_size = whole("bits", bits), whole("group_size", group_size)
+    bits, group_size = whole("bits", bits), check_group_size(group_size, allow_none=False)
     scale_bits = whole("scale_bits", scale_bits)
-    if not isinstance(zero_points, bool):
-        raise TypeError(f"zero_points must be a bool, got {type(zero_points).__name__}")
+    zero_points = flag("zero_points", zero_points)
     n_params = 8 * group_size     # a whole number of bytes, so no rounding up
     return float(Fraction(8 * _quantized_bytes(n_params, bits, group_size, zero_points, scale_bits), n_params))
 

@@ -1,0 +1,174 @@
+"""The speed machinery of the float paths: it changes no result, only the time one takes.
+
+- CPU tensors are computed by the numpy kernels on their own memory (a view, no copy): the same
+  IEEE operations as torch's, so the same bits, without the cost of torch's intra-op thread pool
+  on small tensors.  Other devices, and bfloat16, use torch's operations, in place.
+- The numpy kernels walk the tensor in blocks of rows that stay in the L2 cache across the five or
+  six passes of the formula (multiply, round, clip, shift, ...), rounding in place into scratch
+  buffers allocated once per call.
+- Large outputs are allocated by numpy, whose allocations ask the kernel for huge pages.
+
+The arithmetic is the formula's, ``clip(round(x * (1 / s)), qmin - z, qmax - z)``, checked
+bit for bit against PyTorch's fake-quantize kernels by the tests.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._kinds import is_tensor, torch_module
+from .grid import Rounding
+
+# Elements per block of the float kernels: a block of float32 (256 KiB) and its scratch stay in
+# the L2 cache across the passes, so the big tensor is read once and written once instead of once
+# per pass.
+BLOCK_ELEMENTS = 1 << 16
+
+
+def code_dtype(qmin, qmax, torch_backend=False):
+    """The smallest integer dtype holding [qmin, qmax] (torch lacks full uint16 support: int32 there)."""
+    if torch_backend:
+        torch = torch_module()
+        candidates = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+        return next(d for d in candidates if torch.iinfo(d).min <= qmin and qmax <= torch.iinfo(d).max)
+    candidates = (np.uint8, np.int8, np.uint16, np.int16, np.int32, np.int64)
+    return next(d for d in candidates if np.iinfo(d).min <= qmin and qmax <= np.iinfo(d).max)
+
+
+def round_inplace(v, rounding, scratch=None):
+    """Round ``v`` in place (numpy array or tensor); ``scratch`` is a buffer shaped like ``v``."""
+    if is_tensor(v):
+        if rounding is Rounding.HALF_EVEN:
+            return v.round_()
+        down = torch_module().floor(v)
+        v.sub_(down).ge_(0.5)          # v is now 1.0 where frac(v) >= 1/2, else 0.0
+        return v.add_(down)
+    if rounding is Rounding.HALF_EVEN:
+        return np.rint(v, out=v)
+    down = np.floor(v, out=scratch)
+    np.subtract(v, down, out=v)
+    np.greater_equal(v, 0.5, out=v, casting="unsafe")
+    return np.add(v, down, out=v)
+
+
+def _rows(param, rows):
+    return param if param.shape[0] == 1 else param[rows]
+
+
+def _block_rows(x):
+    row_elements = int(np.prod(x.shape[1:], dtype=np.int64)) if x.ndim > 1 else 1
+    return max(1, BLOCK_ELEMENTS // max(row_elements, 1))
+
+
+def _at_least_1d(*arrays):
+    return [a.reshape((1,) + a.shape) if a.ndim == 0 else a for a in arrays]
+
+
+def _check_finite_block(block):
+    # checked block by block, while the block is in the cache, instead of in one more pass
+    if not np.isfinite(block).all():
+        raise ValueError("x must be finite: it holds NaN or inf")
+
+
+def affine_numpy(x, scale, inv_scale, zero_point, qmin, qmax, rounding, out):
+    """Fill ``out`` with codes (integer ``out``) or snapped values (float ``out``), block by block."""
+    if x.ndim == 0 or not x.flags.c_contiguous:
+        x = np.ascontiguousarray(x)
+    fake = out.dtype == x.dtype
+    step = _block_rows(x) if x.ndim else 1
+    x_blocks, out_blocks, scale, inv_scale, zero_point = _at_least_1d(x, out, scale, inv_scale, zero_point)
+    # clip(round(x/s) + z, qmin, qmax) - z == clip(round(x/s), qmin - z, qmax - z): integers, so exact
+    low, high = qmin - zero_point, qmax - zero_point
+    buffer = np.empty((min(step, x_blocks.shape[0]),) + x_blocks.shape[1:], dtype=x.dtype)
+    scratch = np.empty_like(buffer) if rounding is Rounding.HALF_UP else None
+    for start in range(0, x_blocks.shape[0], step):
+        rows = slice(start, start + step)
+        xb = x_blocks[rows]
+        v = out_blocks[rows] if fake else buffer[:len(xb)]
+        np.multiply(xb, _rows(inv_scale, rows), out=v)
+        _check_finite_block(xb)
+        round_inplace(v, rounding, None if scratch is None else scratch[:len(xb)])
+        np.clip(v, _rows(low, rows), _rows(high, rows), out=v)
+        if fake:
+            v *= _rows(scale, rows)
+        else:
+            v += _rows(zero_point, rows)
+            out_blocks[rows] = v
+    return out
+
+
+def dequantize_numpy(codes, scale, zero_point, out):
+    """Fill ``out`` with ``s * (q - z)``, block by block."""
+    out_blocks, code_blocks, scale, zero_point = _at_least_1d(out, codes, scale, zero_point)
+    step = _block_rows(out_blocks)
+    for start in range(0, out_blocks.shape[0], step):
+        rows = slice(start, start + step)
+        v = out_blocks[rows]
+        v[...] = code_blocks[rows]
+        v -= _rows(zero_point, rows)
+        v *= _rows(scale, rows)
+    return out
+
+
+def empty_like(x, dtype=None):
+    """An empty tensor like ``x``.  On the CPU it is backed by numpy, whose large allocations ask
+    the kernel for huge pages: first-touch page faults then cost a fraction of torch's own."""
+    torch = torch_module()
+    dtype = x.dtype if dtype is None else dtype
+    if x.device.type == "cpu":
+        try:
+            np_dtype = torch.empty((), dtype=dtype).numpy().dtype
+            return torch.from_numpy(np.empty(tuple(x.shape), dtype=np_dtype))
+        except (TypeError, RuntimeError):
+            pass
+    return torch.empty(x.shape, dtype=dtype, device=x.device)
+
+
+def affine_torch(x, scale, inv_scale, zero_point, qmin, qmax, rounding, fake):
+    """Codes (``fake=False``) or snapped values (``fake=True``) of a tensor, with torch's operations in place."""
+    torch = torch_module()
+    low, high = torch.aminmax(x) if x.numel() else (torch.zeros(()), torch.zeros(()))
+    if not (bool(torch.isfinite(low)) and bool(torch.isfinite(high))):
+        raise ValueError("x must be finite: it holds NaN or inf")
+    v = empty_like(x)
+    torch.mul(x, inv_scale, out=v)
+    round_inplace(v, rounding)
+    torch.maximum(v, qmin - zero_point, out=v)
+    torch.minimum(v, qmax - zero_point, out=v)
+    if fake:
+        return v.mul_(scale)
+    return v.add_(zero_point).to(code_dtype(qmin, qmax, torch_backend=True))
+
+
+def numpy_view(value):
+    """A CPU tensor's memory as a numpy array (no copy); None for other devices and dtypes numpy lacks."""
+    torch = torch_module()
+    if not is_tensor(value) or value.device.type != "cpu" or value.dtype in (torch.bfloat16, torch.bool) \
+            or value.is_complex() or value.is_quantized:
+        return None
+    try:
+        return value.detach().resolve_conj().numpy()
+    except (TypeError, RuntimeError):
+        return None
+
+
+def numpy_views(*values):
+    """The tensors among ``values`` as numpy views (the rest as they are), or None if one has none."""
+    converted = []
+    for value in values:
+        if is_tensor(value):
+            view = numpy_view(value)
+            if view is None:
+                return None
+            converted.append(view)
+        else:
+            converted.append(value)
+    return converted
+
+
+def to_tensor(array, like):
+    """A numpy result as a tensor on ``like``'s device."""
+    torch = torch_module()
+    if array.dtype == np.uint16:  # torch's uint16 supports few operations
+        array = array.astype(np.int32)
+    return torch.from_numpy(np.asarray(array, order="C")).to(like.device)
