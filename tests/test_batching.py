@@ -1,8 +1,15 @@
-"""The batching simulator: conservation of tokens, the two policies' rules, preemption, traces, errors."""
+"""The batching simulator: conservation of tokens, the two policies' rules, preemption, traces, errors.
+
+Run as a script (``python tests/test_batching.py``) it re-records the golden
+per-iteration records of a few seeded runs; do that only when the scheduler's
+behaviour changes on purpose, and say why in the commit.
+"""
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -129,7 +136,7 @@ def test_poisson_arrivals_idle_until_the_next_request():
 
 
 def test_trace_file_round_trip(tmp_path):
-    trace = sample_trace(20, seed=4, arrival_rate=2.0, shared_prefix_len=8, n_prefix_groups=3)
+    trace = sample_trace(20, seed=4, arrival_rate=8.0, shared_prefix_len=8, n_prefix_groups=3)
     path = batching.save_trace(trace, tmp_path / "trace.csv")
     assert batching.load_trace(path) == trace
 
@@ -198,3 +205,72 @@ def test_kv_shares_agree_with_the_summary_and_drop_the_drain(runs):
     idle = simulate(TRACE[:1], kv_slots=SLOTS, max_len=256)
     with pytest.raises(ValueError, match="waiting"):
         idle.kv_shares(while_queued=True)
+
+
+# ---------------------------------------------------------------------------
+# Golden records: every per-iteration and per-request record of seeded runs,
+# recorded once; restructuring the simulator must reproduce them exactly.
+
+GOLDEN = Path(__file__).parent / "data" / "batching-golden.json"
+
+
+def golden_cases() -> dict[str, tuple[list[Request], dict]]:
+    """Small runs that between them take every branch of the scheduler.
+
+    Preemption of a request admitted in the same iteration (the tight paged pools),
+    a static batch whose unfinished members were all preempted ("static-paged"),
+    idle gaps between Poisson arrivals, prefix-cache hits, a watermark, the step
+    model's seconds, and the sequence cap ("continuous-naive").
+    """
+    cost = roofline.StepModel("llama-2-13b", device="a100-40gb-sxm")
+    online = sample_trace(20, seed=5, prompt_mean=24, output_mean=30, max_len=128, arrival_rate=8.0,
+                          shared_prefix_len=16, n_prefix_groups=2)
+    offline = sample_trace(24, seed=5, prompt_mean=20, output_mean=30, max_len=96)
+    return {
+        "continuous-paged-online": (online, dict(kv_slots=160, block_size=8, max_len=128, watermark=0.05,
+                                                 prefix_caching=True, cost=cost)),
+        "continuous-paged": (offline, dict(kv_slots=192, block_size=8, max_len=96, watermark=0.0)),
+        "static-paged": (offline, dict(kv_slots=160, policy="static", block_size=8, max_len=96, watermark=0.0)),
+        "continuous-naive": (offline, dict(kv_slots=400, allocator="naive", max_len=96, max_num_seqs=3)),
+        "static-naive": (online, dict(kv_slots=600, policy="static", allocator="naive", max_len=128)),
+    }
+
+
+def golden_records() -> dict[str, dict[str, dict[str, list]]]:
+    records = {}
+    for name, (trace, kwargs) in golden_cases().items():
+        result = simulate(trace, **kwargs)
+        records[name] = {table: {field: values.tolist() for field, values in getattr(result, table).items()}
+                         for table in ("steps", "requests")}
+    return records
+
+
+def _golden_text(records: dict) -> str:
+    """JSON with one line per record field, so that a re-recording shows as a readable diff."""
+    cases = []
+    for name, tables in records.items():
+        parts = []
+        for table, fields in tables.items():
+            lines = ",\n".join(f"      {json.dumps(field)}: {json.dumps(values)}" for field, values in fields.items())
+            parts.append(f"    {json.dumps(table)}: {{\n{lines}\n    }}")
+        cases.append(f"  {json.dumps(name)}: {{\n" + ",\n".join(parts) + "\n  }")
+    return "{\n" + ",\n".join(cases) + "\n}\n"
+
+
+def test_simulate_reproduces_the_golden_records():
+    recorded = json.loads(GOLDEN.read_text())
+    fresh = golden_records()
+    assert list(fresh) == list(recorded)
+    for name, tables in recorded.items():
+        for table, fields in tables.items():
+            assert list(fresh[name][table]) == list(fields), (name, table)
+            for field, values in fields.items():
+                assert fresh[name][table][field] == values, (name, table, field)
+                # ints stay ints and seconds stay floats
+                assert [type(v) for v in fresh[name][table][field]] == [type(v) for v in values], (name, field)
+
+
+if __name__ == "__main__":
+    GOLDEN.parent.mkdir(exist_ok=True)
+    GOLDEN.write_text(_golden_text(golden_records()))
+    print(f"wrote {GOLDEN}")
