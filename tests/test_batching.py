@@ -14,8 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from servebook import batching, memory, models, roofline
+from servebook import batching, models, roofline
 from servebook.batching import Request, sample_trace, simulate
+from servebook.batching.simulator import _Server
+from servebook.paging import PagedAllocator
 
 TRACE = sample_trace(120, seed=1, prompt_mean=40, output_mean=80, max_len=256)
 SLOTS = 2048
@@ -205,6 +207,46 @@ def test_kv_shares_agree_with_the_summary_and_drop_the_drain(runs):
     idle = simulate(TRACE[:1], kv_slots=SLOTS, max_len=256)
     with pytest.raises(ValueError, match="waiting"):
         idle.kv_shares(while_queued=True)
+
+
+# ---------------------------------------------------------------------------
+# The phases of an iteration
+
+def test_the_phases_of_an_iteration_do_what_their_names_say():
+    trace = [Request(0, 0.0, 6, 4), Request(1, 0.0, 6, 4), Request(2, 9.0, 2, 1)]
+    kv = PagedAllocator(num_blocks=4, block_size=4)
+    server = _Server(trace, kv, static=False, max_num_seqs=8, reserve_blocks=0, seconds=lambda *counts: 1.0)
+
+    def iteration():
+        return server.admit(), server.schedule(), server.step()
+
+    assert server.arrive()                      # 0 and 1 are queued at time 0
+    admitted, preempted, it = iteration()
+    assert (admitted, preempted) == (2, 0) and kv.pool.num_available == 0  # two blocks each fill the pool
+    assert (it.running, it.prefill_tokens, it.decode_tokens, it.finished) == (2, 12, 0, 0)
+    server.finish()
+    for _ in range(2):                          # the KV of tokens 7 and 8 fills each one's second block
+        assert server.arrive() and iteration()[1] == 0
+        server.finish()
+    assert server.arrive()
+    admitted, preempted, it = iteration()       # 0 needs a third block: 1, admitted last, is preempted
+    assert (admitted, preempted, it.running, it.decode_tokens, it.finished) == (0, 1, 1, 1, 1)
+    assert [live.req.request_id for live in server.waiting] == [1]
+    server.finish()
+    assert server.arrive()
+    admitted, preempted, it = iteration()       # 1 comes back, recomputes its prompt and 3 tokens, emits its 4th
+    assert (admitted, it.prefill_tokens, it.finished) == (1, 9, 1)
+    server.finish()
+    assert not server.arrive() and server.clock == 9.0  # idle: the clock moves to the next arrival
+    while server.busy:
+        if server.arrive():
+            iteration()
+            server.finish()
+    # simulate is that loop over the phases
+    records = simulate(trace, kv_slots=16, block_size=4, max_len=16, watermark=0.0).requests
+    mine = server.per_request(trace)
+    assert all(np.array_equal(mine[field], records[field]) for field in records)
+    assert records["preemptions"].tolist() == [0, 1, 0] and records["recomputed_tokens"].tolist() == [0, 9, 0]
 
 
 # ---------------------------------------------------------------------------
