@@ -221,21 +221,23 @@ def test_the_phases_of_an_iteration_do_what_their_names_say():
         return server.admit(), server.schedule(), server.step()
 
     assert server.arrive()                      # 0 and 1 are queued at time 0
-    admitted, preempted, it = iteration()
+    admitted, preempted, (dt, running, prefill_tokens, decode_tokens, finished) = iteration()
     assert (admitted, preempted) == (2, 0) and kv.pool.num_available == 0  # two blocks each fill the pool
-    assert (it.running, it.prefill_tokens, it.decode_tokens, it.finished) == (2, 12, 0, 0)
+    assert (dt, running, prefill_tokens, decode_tokens, finished) == (1.0, 2, 12, 0, 0)
     server.finish()
     for _ in range(2):                          # the KV of tokens 7 and 8 fills each one's second block
         assert server.arrive() and iteration()[1] == 0
         server.finish()
     assert server.arrive()
-    admitted, preempted, it = iteration()       # 0 needs a third block: 1, admitted last, is preempted
-    assert (admitted, preempted, it.running, it.decode_tokens, it.finished) == (0, 1, 1, 1, 1)
+    admitted, preempted, (_, running, _, decode_tokens, finished) = iteration()
+    # 0 needs a third block: 1, admitted last, is preempted; 0 emits its last token
+    assert (admitted, preempted, running, decode_tokens, finished) == (0, 1, 1, 1, 1)
     assert [live.req.request_id for live in server.waiting] == [1]
     server.finish()
     assert server.arrive()
-    admitted, preempted, it = iteration()       # 1 comes back, recomputes its prompt and 3 tokens, emits its 4th
-    assert (admitted, it.prefill_tokens, it.finished) == (1, 9, 1)
+    admitted, preempted, (_, _, prefill_tokens, _, finished) = iteration()
+    # 1 comes back, recomputes its prompt and the 3 tokens it had generated, and emits its 4th
+    assert (admitted, preempted, prefill_tokens, finished) == (1, 0, 9, 1)
     server.finish()
     assert not server.arrive() and server.clock == 9.0  # idle: the clock moves to the next arrival
     while server.busy:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Sequence
-from typing import NamedTuple
 
 import numpy as np
 
@@ -44,23 +43,13 @@ class _Live:
         self.recomputed = 0       # tokens prefilled again after preemptions
 
 
-class _Iteration(NamedTuple):
-    """What one iteration ran, and what it cost."""
-
-    dt: float
-    running: int              # requests that prefilled or decoded
-    prefill_tokens: int
-    decode_tokens: int
-    finished: int             # requests that emitted their last token
-
-
 class _Server:
     """The queues, the batch and the KV allocator between iterations; one method per phase.
 
     An iteration runs the phases in this order: :meth:`arrive` (requests whose
     time has come join the queue), :meth:`admit` (queued requests join the batch
-    while their prompts fit), :meth:`schedule` (every decoding request gets the
-    KV slot of its next token, calling :meth:`preempt` when blocks run out),
+    while their prompts fit), :meth:`schedule` (every decoding request writes
+    the KV of the token it emitted last, calling :meth:`preempt` when blocks run out),
     :meth:`step` (the batch runs and emits one token per request), and
     :meth:`finish` (finished requests free their memory).  Each phase is a
     method of its own so that a scheduler with another order can reuse them.
@@ -128,7 +117,7 @@ class _Server:
         return self.kv.can_allocate(tokens)
 
     def schedule(self) -> int:
-        """Every running request that was not just prefilled writes the KV of its last token.
+        """Every running request that was not just prefilled writes the KV of the token it emitted last.
 
         When no block is free, requests are preempted, most recently admitted
         first, until the write fits or the writer itself was preempted.  Return
@@ -169,10 +158,12 @@ class _Server:
         self.waiting.appendleft(victim)
         return victim
 
-    def step(self) -> _Iteration | None:
+    def step(self) -> tuple[float, int, int, int, int] | None:
         """The batch runs one iteration: each request prefills or decodes, then emits one token.
 
-        ``None`` if no request could run: every unfinished member of a static batch was preempted.
+        Returns the iteration's seconds, the requests that ran, the tokens they
+        prefilled and decoded, and how many emitted their last token; ``None`` if
+        no request could run (every unfinished member of a static batch was preempted).
         """
         active = prefill_tokens = decode_tokens = context = pairs = 0
         for live in self.running:
@@ -193,11 +184,7 @@ class _Server:
         processed = prefill_tokens + decode_tokens
         dt = self.seconds(processed, context - processed, pairs)
         self.clock += dt
-        self._emit_tokens()
-        return _Iteration(dt, active, prefill_tokens, decode_tokens, len(self.finished))
-
-    def _emit_tokens(self) -> None:
-        clock = self.clock
+        # Each request that ran emits one token: a just-prefilled one, its first.
         for live in self.running:
             if live.done:
                 continue
@@ -206,11 +193,12 @@ class _Server:
                 live.fresh = False
                 live.prefilled = 0
                 if math.isnan(live.first_token_s):
-                    live.first_token_s = clock
+                    live.first_token_s = self.clock
             if live.generated >= live.req.output_len:
                 live.done = True
-                live.finish_s = clock
+                live.finish_s = self.clock
                 self.finished.append(live)
+        return dt, active, prefill_tokens, decode_tokens, len(self.finished)
 
     def finish(self) -> None:
         """Finished requests free their KV memory: at once (continuous), or with the whole batch (static).
@@ -318,17 +306,19 @@ def simulate(requests: Sequence[Request], *, kv_slots: int, policy: str = "conti
     server = _Server(requests, kv, static=policy == "static", max_num_seqs=max_num_seqs,
                      reserve_blocks=reserve_blocks, seconds=_iteration_seconds(cost))
     rows = []  # one per iteration, in the order of _STEP_FIELDS
+    # The phases, looked up once: this loop runs once per iteration, up to millions of times.
+    arrive, admit, schedule, step, finish = server.arrive, server.admit, server.schedule, server.step, server.finish
     while server.busy:
-        if not server.arrive():
-            continue
-        admitted = server.admit()
-        preempted = server.schedule()
-        iteration = server.step()
-        if iteration is not None:
-            rows.append((server.clock, iteration.dt, iteration.running, len(server.waiting), admitted, preempted,
-                         iteration.finished, iteration.prefill_tokens, iteration.decode_tokens,
-                         kv.tokens_stored, kv.slots_reserved))
-        server.finish()
+        if not arrive():
+            continue  # the server was idle until the next arrival
+        admitted = admit()
+        preempted = schedule()
+        ran = step()
+        if ran is not None:
+            dt, running, prefill_tokens, decode_tokens, finished = ran
+            rows.append((server.clock, dt, running, len(server.waiting), admitted, preempted, finished,
+                         prefill_tokens, decode_tokens, kv.tokens_stored, kv.slots_reserved))
+        finish()
     steps = {name: np.asarray(column) for name, column in zip(_STEP_FIELDS, zip(*rows, strict=True), strict=True)}
     config = dict(kv_slots=kv_slots, block_size=block_size, max_len=max_len, max_num_seqs=max_num_seqs,
                   watermark=watermark, prefix_caching=prefix_caching)
