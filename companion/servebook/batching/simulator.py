@@ -67,6 +67,7 @@ class _Server:
         self.waiting: deque[_Live] = deque()
         self.running: list[_Live] = []         # in the order of admission
         self.finished: list[_Live] = []        # emitted their last token in the current iteration
+        self.unfinished = 0                    # requests in the batch still to finish, after the last step
         self.clock = self.pending[0].arrival_s
 
     @property
@@ -179,6 +180,7 @@ class _Server:
                 decode_tokens += 1
         if not active:
             if self.static and self.running:
+                self.unfinished = 0
                 return None
             raise RuntimeError("the scheduler made no progress")  # unreachable with a validated trace
         processed = prefill_tokens + decode_tokens
@@ -198,6 +200,7 @@ class _Server:
                 live.done = True
                 live.finish_s = self.clock
                 self.finished.append(live)
+        self.unfinished = active - len(self.finished)
         return dt, active, prefill_tokens, decode_tokens, len(self.finished)
 
     def finish(self) -> None:
@@ -208,7 +211,7 @@ class _Server:
         """
         kv, running = self.kv, self.running
         if self.static:
-            if all(live.done for live in running):
+            if not self.unfinished:
                 for live in running:
                     kv.free(live.req.request_id)
                 running.clear()
