@@ -1,14 +1,23 @@
-"""The batching simulator: conservation of tokens, the two policies' rules, preemption, traces, errors."""
+"""The batching simulator: conservation of tokens, the two policies' rules, preemption, traces, errors.
+
+Run as a script (``python tests/test_batching.py``) it re-records the golden
+per-iteration records of a few seeded runs; do that only when the scheduler's
+behaviour changes on purpose, and say why in the commit.
+"""
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from servebook import batching, models, roofline
 from servebook.batching import Request, sample_trace, simulate
+from servebook.batching.simulator import _Server
+from servebook.paging import PagedAllocator
 
 TRACE = sample_trace(120, seed=1, prompt_mean=40, output_mean=80, max_len=256)
 SLOTS = 2048
@@ -129,7 +138,7 @@ def test_poisson_arrivals_idle_until_the_next_request():
 
 
 def test_trace_file_round_trip(tmp_path):
-    trace = sample_trace(20, seed=4, arrival_rate=2.0, shared_prefix_len=8, n_prefix_groups=3)
+    trace = sample_trace(20, seed=4, arrival_rate=8.0, shared_prefix_len=8, n_prefix_groups=3)
     path = batching.save_trace(trace, tmp_path / "trace.csv")
     assert batching.load_trace(path) == trace
 
@@ -198,3 +207,114 @@ def test_kv_shares_agree_with_the_summary_and_drop_the_drain(runs):
     idle = simulate(TRACE[:1], kv_slots=SLOTS, max_len=256)
     with pytest.raises(ValueError, match="waiting"):
         idle.kv_shares(while_queued=True)
+
+
+# ---------------------------------------------------------------------------
+# The phases of an iteration
+
+def test_the_phases_of_an_iteration_do_what_their_names_say():
+    trace = [Request(0, 0.0, 6, 4), Request(1, 0.0, 6, 4), Request(2, 9.0, 2, 1)]
+    kv = PagedAllocator(num_blocks=4, block_size=4)
+    server = _Server(trace, kv, static=False, max_num_seqs=8, reserve_blocks=0, seconds=lambda *counts: 1.0)
+
+    def iteration():
+        return server.admit(), server.schedule(), server.step()
+
+    assert server.arrive()                      # 0 and 1 are queued at time 0
+    admitted, preempted, (dt, running, prefill_tokens, decode_tokens, finished) = iteration()
+    assert (admitted, preempted) == (2, 0) and kv.pool.num_available == 0  # two blocks each fill the pool
+    assert (dt, running, prefill_tokens, decode_tokens, finished) == (1.0, 2, 12, 0, 0)
+    server.finish()
+    for _ in range(2):                          # the KV of tokens 7 and 8 fills each one's second block
+        assert server.arrive() and iteration()[1] == 0
+        server.finish()
+    assert server.arrive()
+    admitted, preempted, (_, running, _, decode_tokens, finished) = iteration()
+    # 0 needs a third block: 1, admitted last, is preempted; 0 emits its last token
+    assert (admitted, preempted, running, decode_tokens, finished) == (0, 1, 1, 1, 1)
+    assert [live.req.request_id for live in server.waiting] == [1]
+    server.finish()
+    assert server.arrive()
+    admitted, preempted, (_, _, prefill_tokens, _, finished) = iteration()
+    # 1 comes back, recomputes its prompt and the 3 tokens it had generated, and emits its 4th
+    assert (admitted, preempted, prefill_tokens, finished) == (1, 0, 9, 1)
+    server.finish()
+    assert not server.arrive() and server.clock == 9.0  # idle: the clock moves to the next arrival
+    while server.busy:
+        if server.arrive():
+            iteration()
+            server.finish()
+    # simulate is that loop over the phases
+    records = simulate(trace, kv_slots=16, block_size=4, max_len=16, watermark=0.0).requests
+    mine = server.per_request(trace)
+    assert all(np.array_equal(mine[field], records[field]) for field in records)
+    assert records["preemptions"].tolist() == [0, 1, 0] and records["recomputed_tokens"].tolist() == [0, 9, 0]
+
+
+# ---------------------------------------------------------------------------
+# Golden records: every per-iteration and per-request record of seeded runs,
+# recorded once; restructuring the simulator must reproduce them exactly.
+
+GOLDEN = Path(__file__).parent / "data" / "batching-golden.json"
+
+
+def golden_cases() -> dict[str, tuple[list[Request], dict]]:
+    """Small runs that between them take every branch of the scheduler.
+
+    Preemption of a request admitted in the same iteration (the tight paged pools),
+    a static batch whose unfinished members were all preempted ("static-paged"),
+    idle gaps between Poisson arrivals, prefix-cache hits, a watermark, the step
+    model's seconds, and the sequence cap ("continuous-naive").
+    """
+    cost = roofline.StepModel("llama-2-13b", device="a100-40gb-sxm")
+    online = sample_trace(20, seed=5, prompt_mean=24, output_mean=30, max_len=128, arrival_rate=8.0,
+                          shared_prefix_len=16, n_prefix_groups=2)
+    offline = sample_trace(24, seed=5, prompt_mean=20, output_mean=30, max_len=96)
+    return {
+        "continuous-paged-online": (online, dict(kv_slots=160, block_size=8, max_len=128, watermark=0.05,
+                                                 prefix_caching=True, cost=cost)),
+        "continuous-paged": (offline, dict(kv_slots=192, block_size=8, max_len=96, watermark=0.0)),
+        "static-paged": (offline, dict(kv_slots=160, policy="static", block_size=8, max_len=96, watermark=0.0)),
+        "continuous-naive": (offline, dict(kv_slots=400, allocator="naive", max_len=96, max_num_seqs=3)),
+        "static-naive": (online, dict(kv_slots=600, policy="static", allocator="naive", max_len=128)),
+    }
+
+
+def golden_records() -> dict[str, dict[str, dict[str, list]]]:
+    records = {}
+    for name, (trace, kwargs) in golden_cases().items():
+        result = simulate(trace, **kwargs)
+        records[name] = {table: {field: values.tolist() for field, values in getattr(result, table).items()}
+                         for table in ("steps", "requests")}
+    return records
+
+
+def _golden_text(records: dict) -> str:
+    """JSON with one line per record field, so that a re-recording shows as a readable diff."""
+    cases = []
+    for name, tables in records.items():
+        parts = []
+        for table, fields in tables.items():
+            lines = ",\n".join(f"      {json.dumps(field)}: {json.dumps(values)}" for field, values in fields.items())
+            parts.append(f"    {json.dumps(table)}: {{\n{lines}\n    }}")
+        cases.append(f"  {json.dumps(name)}: {{\n" + ",\n".join(parts) + "\n  }")
+    return "{\n" + ",\n".join(cases) + "\n}\n"
+
+
+def test_simulate_reproduces_the_golden_records():
+    recorded = json.loads(GOLDEN.read_text())
+    fresh = golden_records()
+    assert list(fresh) == list(recorded)
+    for name, tables in recorded.items():
+        for table, fields in tables.items():
+            assert list(fresh[name][table]) == list(fields), (name, table)
+            for field, values in fields.items():
+                assert fresh[name][table][field] == values, (name, table, field)
+                # ints stay ints and seconds stay floats
+                assert [type(v) for v in fresh[name][table][field]] == [type(v) for v in values], (name, field)
+
+
+if __name__ == "__main__":
+    GOLDEN.parent.mkdir(exist_ok=True)
+    GOLDEN.write_text(_golden_text(golden_records()))
+    print(f"wrote {GOLDEN}")

@@ -241,11 +241,14 @@ def test_cached_blocks_are_evicted_lru_and_only_when_no_free_block_is_left():
 
 
 def test_a_hash_hit_is_confirmed_against_the_stored_tokens(monkeypatch):
-    monkeypatch.setattr(paging, "block_hash", lambda parent, tokens: b"every block collides")
+    # Patched where the allocator looks it up, so that every full block collides.
+    monkeypatch.setattr(paging.paged_allocator, "block_hash", lambda parent, tokens: b"every block collides")
     kv = PagedAllocator(num_blocks=8, block_size=2, prefix_caching=True)
     kv.allocate("a", [1, 2, 3])
     assert kv.allocate("b", [7, 8, 9]) == 0
     assert kv.tokens("b") == [7, 8, 9]
+    # The collision was real: b's full block found its key taken, so it stayed unregistered.
+    assert kv.pool.blocks[kv.block_table("b")[0]].block_hash is None
 
 
 def test_duplicate_full_blocks_are_not_registered_twice():
@@ -338,6 +341,13 @@ def test_out_of_blocks_on_append_changes_nothing():
 def test_pool_rejects_bad_sizes(num_blocks, block_size):
     with pytest.raises(ValueError):
         PagedAllocator(num_blocks, block_size)
+
+
+@pytest.mark.parametrize("value", ["no", 0, 1, None])
+def test_prefix_caching_must_be_a_real_flag(value):
+    # "no" is truthy: read as a bool, it would silently turn caching on.
+    with pytest.raises(TypeError, match="prefix_caching must be True or False"):
+        PagedAllocator(8, 4, prefix_caching=value)
 
 
 # ---------------------------------------------------------------------------

@@ -63,72 +63,82 @@ def _walkthrough_allocator() -> PagedAllocator:
 def block_tables(allocator: PagedAllocator | None = None) -> Figure:
     """Logical blocks of each sequence, arrows to the physical blocks they use; shared blocks outlined."""
     kv = allocator if allocator is not None else _walkthrough_allocator()
-    pool = kv.pool
-    bs = kv.block_size
     seqs = kv.sequences
     colours = {s: _style.SEQUENCE[i % len(_style.SEQUENCE)] for i, s in enumerate(seqs)}
     owners: dict[int, list] = {}
     for s in seqs:
         for b in kv.block_table(s):
             owners.setdefault(b, []).append(s)
-    n_phys = pool.num_blocks
+    n_phys = kv.pool.num_blocks
     width = max(7.0, 0.62 * n_phys + 1.6)
     fig, ax = _style.new_figure(width, 1.25 + 0.75 * len(seqs) + 1.6)
     with matplotlib.rc_context(_style.RC):
         ax.set_axis_off()
-        cell = 1.0 / bs
-        phys_y = 0.0
-        # Physical blocks: a row of boxes, each with one cell per slot.
-        for block in pool.blocks:
-            x = block.block_id * 1.25
-            shared = len(owners.get(block.block_id, ())) > 1
-            for k in range(bs):
-                filled = k < len(block.tokens)
-                if block.ref_count == 0:
-                    face = _style.FREE if not filled else "#bcd9d7"
-                elif shared:
-                    face = "#ffffff"
-                else:
-                    face = colours[owners[block.block_id][0]] if filled else "#ffffff"
-                ax.add_patch(Rectangle((x + k * cell, phys_y), cell, 0.8, facecolor=face,
-                                       edgecolor="#ffffff", linewidth=0.5))
-                if shared and filled:
-                    ax.add_patch(Rectangle((x + k * cell, phys_y), cell, 0.8, facecolor="#ffffff",
-                                           edgecolor=_style.MUTED, hatch="////", linewidth=0))
-            ax.add_patch(Rectangle((x, phys_y), 1.0, 0.8, fill=False,
-                                   edgecolor=_style.WASTE if shared else _style.MUTED,
-                                   linewidth=2.2 if shared else 0.8))
-            label = f"{block.block_id}"
-            if block.ref_count > 1:
-                label += f"\nref {block.ref_count}"
-            elif block.ref_count == 0 and block.block_hash is not None:
-                label += "\ncached"
-            ax.text(x + 0.5, phys_y - 0.12, label, ha="center", va="top", fontsize=7.5, color=_style.MUTED)
-        ax.text(-0.2, phys_y + 0.4, "physical\nblocks", ha="right", va="center", fontsize=9)
-        # Each sequence: its logical blocks in a row, arrows to the physical ones.
-        for row, s in enumerate(reversed(seqs)):
-            y = 1.9 + 1.05 * row
-            table = kv.block_table(s)
-            for logical, phys in enumerate(table):
-                x = logical * 1.25
-                n_filled = len(pool.blocks[phys].tokens)
-                for k in range(bs):
-                    ax.add_patch(Rectangle((x + k * cell, y), cell, 0.6,
-                                           facecolor=colours[s] if k < n_filled else "#ffffff",
-                                           edgecolor="#ffffff", linewidth=0.5))
-                ax.add_patch(Rectangle((x, y), 1.0, 0.6, fill=False, edgecolor=colours[s], linewidth=1))
-                ax.text(x + 0.5, y + 0.66, f"L{logical}", ha="center", va="bottom", fontsize=7, color=_style.MUTED)
-                ax.add_artist(ConnectionPatch((x + 0.5, y), (phys * 1.25 + 0.5, phys_y + 0.8), "data", "data",
-                                              arrowstyle="-|>", color=colours[s], linewidth=0.9, alpha=0.8,
-                                              shrinkA=1, shrinkB=1, zorder=0))
-            ax.text(-0.2, y + 0.3, f"seq {s}\n{kv.num_tokens(s)} tokens", ha="right", va="center", fontsize=9,
-                    color=colours[s])
+        _physical_blocks(ax, kv, owners, colours)
+        _logical_blocks(ax, kv, colours)
         top = 1.9 + 1.05 * len(seqs)
         ax.set_xlim(-1.6, n_phys * 1.25)
         ax.set_ylim(-0.75, top + 0.1)
         ax.set_title("Block tables map each sequence's logical blocks to physical blocks "
                      "(red outline, hatched: shared)", fontsize=10)
     return fig
+
+
+_PHYS_Y = 0.0  # the row of physical blocks; each sequence's row of logical blocks sits above it
+
+
+def _physical_blocks(ax, kv: PagedAllocator, owners: dict[int, list], colours: dict) -> None:
+    """The pool: a row of boxes, one cell per slot, coloured by owner; shared blocks hatched and outlined."""
+    bs = kv.block_size
+    cell = 1.0 / bs
+    for block in kv.pool.blocks:
+        x = block.block_id * 1.25
+        shared = len(owners.get(block.block_id, ())) > 1
+        for k in range(bs):
+            filled = k < len(block.tokens)
+            if block.ref_count == 0:
+                face = _style.FREE if not filled else "#bcd9d7"
+            elif shared:
+                face = "#ffffff"
+            else:
+                face = colours[owners[block.block_id][0]] if filled else "#ffffff"
+            ax.add_patch(Rectangle((x + k * cell, _PHYS_Y), cell, 0.8, facecolor=face,
+                                   edgecolor="#ffffff", linewidth=0.5))
+            if shared and filled:
+                ax.add_patch(Rectangle((x + k * cell, _PHYS_Y), cell, 0.8, facecolor="#ffffff",
+                                       edgecolor=_style.MUTED, hatch="////", linewidth=0))
+        ax.add_patch(Rectangle((x, _PHYS_Y), 1.0, 0.8, fill=False,
+                               edgecolor=_style.WASTE if shared else _style.MUTED,
+                               linewidth=2.2 if shared else 0.8))
+        label = f"{block.block_id}"
+        if block.ref_count > 1:
+            label += f"\nref {block.ref_count}"
+        elif block.ref_count == 0 and block.block_hash is not None:
+            label += "\ncached"
+        ax.text(x + 0.5, _PHYS_Y - 0.12, label, ha="center", va="top", fontsize=7.5, color=_style.MUTED)
+    ax.text(-0.2, _PHYS_Y + 0.4, "physical\nblocks", ha="right", va="center", fontsize=9)
+
+
+def _logical_blocks(ax, kv: PagedAllocator, colours: dict) -> None:
+    """Each sequence's block table: its logical blocks in a row, an arrow from each to its physical block."""
+    bs = kv.block_size
+    cell = 1.0 / bs
+    for row, s in enumerate(reversed(kv.sequences)):
+        y = 1.9 + 1.05 * row
+        for logical, phys in enumerate(kv.block_table(s)):
+            x = logical * 1.25
+            n_filled = len(kv.pool.blocks[phys].tokens)
+            for k in range(bs):
+                ax.add_patch(Rectangle((x + k * cell, y), cell, 0.6,
+                                       facecolor=colours[s] if k < n_filled else "#ffffff",
+                                       edgecolor="#ffffff", linewidth=0.5))
+            ax.add_patch(Rectangle((x, y), 1.0, 0.6, fill=False, edgecolor=colours[s], linewidth=1))
+            ax.text(x + 0.5, y + 0.66, f"L{logical}", ha="center", va="bottom", fontsize=7, color=_style.MUTED)
+            ax.add_artist(ConnectionPatch((x + 0.5, y), (phys * 1.25 + 0.5, _PHYS_Y + 0.8), "data", "data",
+                                          arrowstyle="-|>", color=colours[s], linewidth=0.9, alpha=0.8,
+                                          shrinkA=1, shrinkB=1, zorder=0))
+        ax.text(-0.2, y + 0.3, f"seq {s}\n{kv.num_tokens(s)} tokens", ha="right", va="center", fontsize=9,
+                color=colours[s])
 
 
 def waste_vs_block_size(mix: scenarios.LengthMix = scenarios.BLOCK_SIZE_MIX) -> Figure:

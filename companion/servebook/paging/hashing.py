@@ -1,0 +1,47 @@
+"""Token ids and the chained hash that names a full block's prefix (the key of the prefix cache)."""
+
+from __future__ import annotations
+
+import hashlib
+from array import array
+from collections.abc import Iterable, Sequence
+
+from ..checks import whole
+
+TOKEN_LIMIT = 2**63  # token ids are hashed as signed 64-bit integers
+
+
+def block_hash(parent: bytes | None, tokens: Sequence[int]) -> bytes:
+    """SHA-256 of a full block's tokens, chained with the hash of the blocks before it.
+
+    Chaining makes the hash name the whole prefix, not just this block: the same
+    16 tokens after a different prefix have different keys and values, so they
+    must not match.  A cryptographic hash, because a collision would silently
+    hand one request another's KV cache; vLLM moved from Python's ``hash()`` to
+    SHA-256 for that reason.
+    """
+    digest = hashlib.sha256(parent or b"")
+    digest.update(array("q", tokens).tobytes())
+    return digest.digest()
+
+
+def token_ids(tokens: Iterable[int], name: str = "tokens") -> list[int]:
+    """``tokens`` as a non-empty list of ints in ``[0, 2**63)``; anything else names the offending entry."""
+    if isinstance(tokens, (str, bytes)):
+        raise TypeError(f"{name} must be a sequence of token ids (ints), got {type(tokens).__name__}")
+    try:
+        ids = list(tokens)
+    except TypeError:
+        raise TypeError(f"{name} must be a sequence of token ids (ints), got {tokens!r}") from None
+    if not ids:
+        raise ValueError(f"{name} must hold at least one token")
+    if set(map(type, ids)) == {int} and min(ids) >= 0 and max(ids) < TOKEN_LIMIT:
+        return ids  # the common case, checked at C speed
+    for i, t in enumerate(ids):
+        try:
+            ids[i] = whole(f"{name}[{i}]", t, 0, TOKEN_LIMIT - 1)
+        except TypeError:
+            raise TypeError(f"{name}[{i}] must be an int token id, got {t!r}") from None
+        except ValueError:
+            raise ValueError(f"{name}[{i}] must be a token id in [0, 2**63), got {t}") from None
+    return ids
