@@ -31,7 +31,7 @@ from fractions import Fraction
 import torch
 from torch import nn
 
-from . import memory, quant
+from . import kernels, memory, quant
 from .awq import search_scale
 from .checks import whole
 from .gptq import HessianAccumulator, as_mapping, gptq_quantize, one_thread_on_cpu
@@ -168,6 +168,9 @@ class QuantizedLinear(nn.Module):
         return quant.dequantize(self.codes(), self.qparams(), dtype=dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x @ W_hat.T + b``; on CUDA with Triton, a 4-bit layer never writes ``W_hat`` (:mod:`servebook.kernels`)."""
+        if kernels.fused_applies(self, x):
+            return kernels.w4a16_linear(self, x)
         return nn.functional.linear(x, self.dequantized_weight(x.dtype), self.bias)
 
     def weight_nbytes(self) -> int:
