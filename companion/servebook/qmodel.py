@@ -168,8 +168,7 @@ class QuantizedLinear(nn.Module):
         return quant.dequantize(self.codes(), self.qparams(), dtype=dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``x @ W_hat.T + b``; on CUDA with Triton, a 4-bit layer never writes ``W_hat`` (:mod:`servebook.kernels`)."""
-        if kernels.fused_applies(self, x):
+        if kernels.fused_applies(self, x):   # CUDA and Triton: W_hat made in registers, never in memory
             return kernels.w4a16_linear(self, x)
         return nn.functional.linear(x, self.dequantized_weight(x.dtype), self.bias)
 
