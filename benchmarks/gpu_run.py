@@ -67,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     if device.kind != "cuda" and not args.cpu_smoke:
         print("gpu_run.py measures a GPU; there is none here (use --cpu-smoke for a dry run)")
         return 2
+    log(f"the fused kernel against dequantize-then-matmul, first: {lab.check_kernel(device)}")
     schema = importlib.util.find_spec("jsonschema") is not None
     config = lab.LabConfig.for_device(device, **(CPU_SMOKE if args.cpu_smoke else GPU_RUN))
     results = lab.run_lab(config, device, log=log, schema=schema)

@@ -77,11 +77,12 @@ def test_the_new_settings_are_checked_and_default_off():
 
 def test_a_cpu_takes_the_dequantize_path_and_has_no_cuda_graph():
     cpu = lab.Device("cpu", "CPU")
-    tiny = lab.load_project(cpu, dtype="fp32")
-    w4 = lab.quantize(tiny, "w4a16", cpu, group_size=128)
+    small = lab.load_random("llama-3.2-1b", cpu, "fp32", reduce=16)   # one block, groups of 128 divide it
+    w4 = lab.quantize(small, "w4a16", cpu, group_size=128)
     assert w4.kernel == "dequantize-matmul" and "(dequantize, then matmul)" in w4.note
+    assert lab.kernel_path(w4.module, cpu, "fp16") == "dequantize-matmul"   # a CPU, whatever the dtype
     with pytest.raises(lab.MeasurementSkipped, match="a CUDA graph needs a CUDA device"):
-        lab.graphed_decode(tiny.module, cpu, 1, 8)
+        lab.graphed_decode(small.module, cpu, 1, 8)
 
 
 def test_the_fused_kernels_bound_dequantizes_once_per_tile_of_tokens():
@@ -109,3 +110,15 @@ def test_the_cpu_dry_run_of_the_gpu_script_writes_a_valid_document(tmp_path):
     assert {(m["variant"], m["kernel"]) for m in results["models"]} == {("fp32", None), ("w4a16", "dequantize-matmul")}
     assert sum("a CUDA graph needs a CUDA device" in s["reason"] for s in results["skipped"]) == 2
     assert results["config"]["quantize_random"] and results["config"]["kernel_benchmark"]
+
+
+def test_the_gpu_script_imports_nothing_only_the_book_needs():
+    # The GPU machine has torch, triton and transformers, but neither ipywidgets nor jsonschema.
+    code = ("import importlib.util, sys; spec = importlib.util.spec_from_file_location('gpu_run', sys.argv[1]); "
+            "run = importlib.util.module_from_spec(spec); spec.loader.exec_module(run); run._servebook(); "
+            "import servebook.kernels, servebook.qmodel, servebook.smallmodel, servebook.lab.graph; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('ipywidgets', 'jsonschema', 'matplotlib', 'IPython', 'jupytext', 'nbclient')))")
+    done = subprocess.run([sys.executable, "-c", code, str(ROOT / "benchmarks" / "gpu_run.py")], capture_output=True,
+                          text=True, check=True, timeout=120)
+    assert done.stdout.strip() == "[]"

@@ -28,7 +28,7 @@ recorded under ``"skipped"`` with the reason, and the run goes on.
 
 from .device import Device, MeasurementSkipped, detect_device, environment, roofline_gpu_for
 from .graph import GraphedDecode, graphed_decode
-from .kernel import copy_bandwidth, kernel_table, layer_shapes, measure_kernel
+from .kernel import check_kernel, copy_bandwidth, kernel_table, layer_shapes, measure_kernel
 from .load import (
     DEFAULT_HUB_MODEL,
     FLOAT_VARIANTS,
@@ -95,7 +95,8 @@ __all__ = [
     "Generation", "cache_bytes", "cache_tensors", "measure_generation", "other_buffer_bytes", "perplexity",
     "prefill_cache", "tensor_bytes", "timed", "weight_bytes_of",
     # a decode step in a CUDA graph; the fused kernel alone
-    "GraphedDecode", "graphed_decode", "copy_bandwidth", "kernel_table", "layer_shapes", "measure_kernel",
+    "GraphedDecode", "graphed_decode", "check_kernel", "copy_bandwidth", "kernel_table", "layer_shapes",
+    "measure_kernel",
     # predictions
     "fused_scheme", "generation_rows", "qmodel_scheme", "time_predictions",
     # the results document

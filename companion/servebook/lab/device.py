@@ -104,7 +104,7 @@ def detect_device(requested: str = "auto", log: Callable[[str], None] = print) -
 def environment(device: Device) -> dict[str, str | None]:
     """Library versions of this run (``None`` where a library is not installed)."""
     versions: dict[str, str | None] = {"python": platform.python_version(), "servebook": __version__}
-    for name in ("torch", "transformers", "numpy", "safetensors", "vllm"):
+    for name in ("torch", "transformers", "numpy", "safetensors", "triton", "vllm"):
         try:
             versions[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:

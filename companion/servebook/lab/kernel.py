@@ -172,6 +172,39 @@ def _row(n, k, m, path, seconds, moved, timing, peaks, tiles) -> dict[str, Any]:
             "tiles": None if tiles is None else {f: getattr(tiles, f) for f in tiles.__dataclass_fields__}}
 
 
+def check_kernel(device: Device, tolerance: float = 2e-3) -> dict[str, float]:
+    """The fused kernel against dequantize-then-matmul on ``device``, before anything is timed.
+
+    Groups of 32, 64, 128 and per channel, decode and prefill sizes, odd sizes among them; returns the largest
+    relative difference per case and raises ``RuntimeError`` naming the cases over ``tolerance``.
+    """
+    from .. import qmodel
+    from ..quant import Mapping
+
+    torch = require_torch()
+    generator = torch.Generator(device=device.torch_device).manual_seed(0)
+    errors = {}
+    for group_size, m, n, k in ((32, 1, 96, 160), (64, 17, 200, 192), (128, 130, 256, 384), (None, 5, 130, 256)):
+        granularity, groups = ("group", k // group_size) if group_size else ("channel", 1)
+        layer = qmodel.QuantizedLinear(k, n, 4, Mapping.ASYMMETRIC, granularity, group_size)
+        layer.qweight = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, device=device.torch_device,
+                                      generator=generator)
+        shape = (n, groups) if group_size else (n,)
+        layer.scales = (torch.rand(shape, device=device.torch_device, generator=generator) * 1e-2 + 1e-3).half()
+        layer.qzeros = torch.randint(0, 256, (ceil_div(n * groups, 2),), dtype=torch.uint8,
+                                     device=device.torch_device, generator=generator)
+        x = torch.randn(m, k, device=device.torch_device, generator=generator).half()
+        with torch.inference_mode(), kernels.use_fused(False):
+            reference = layer(x).float()
+        fused = kernels.w4a16_linear(layer, x).float()
+        errors[f"g{group_size or 'channel'} {m}x{n}x{k}"] = float((fused - reference).abs().max()
+                                                                  / reference.abs().max())
+    wrong = {case: error for case, error in errors.items() if error > tolerance}
+    if wrong:
+        raise RuntimeError(f"the fused kernel disagrees with dequantize-then-matmul on {device.describe()}: {wrong}")
+    return errors
+
+
 def measure_kernel(spec: ModelSpec, device: Device, batches: Sequence[int] = (1, 16, 64, 512, 4096),
                    group_size: int = 128, repeats: int = 10, copy_bytes: int | None = None,
                    log: Callable[[str], None] = print) -> dict[str, Any]:
