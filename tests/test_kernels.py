@@ -222,3 +222,16 @@ def test_importing_the_package_imports_no_triton_and_shows_the_kernel():
             "assert text.startswith('@triton.jit') and 'tl.dot' in text, text[:80]; "
             "assert not any(m == 'triton' or m.startswith('triton.') for m in sys.modules), 'triton imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+@needs_triton
+@pytest.mark.skipif(ON_GPU, reason="the interpreter is the CPU's way to run the kernel")
+def test_the_interpreter_runs_the_kernel_when_triton_was_imported_first():
+    # transformers imports Triton when it is installed, so a page may set TRITON_INTERPRET only afterwards.
+    code = ("import triton.language; import os, torch; os.environ['TRITON_INTERPRET'] = '1'; "
+            "from servebook import kernels, quant; "
+            "packed = quant.pack_int4(torch.full((16, 32), 3, dtype=torch.uint8)); "
+            "out = kernels.w4a16_matmul(torch.ones(1, 32, dtype=torch.float16), packed, torch.ones(16).half()); "
+            "assert torch.equal(out, torch.full((1, 16), 32 * (3 - 8), dtype=torch.float16)), out")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}   # unset while Triton is imported
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120, env=env)
