@@ -122,3 +122,17 @@ def test_the_gpu_script_imports_nothing_only_the_book_needs():
     done = subprocess.run([sys.executable, "-c", code, str(ROOT / "benchmarks" / "gpu_run.py")], capture_output=True,
                           text=True, check=True, timeout=120)
     assert done.stdout.strip() == "[]"
+
+
+def test_a_failing_kernel_benchmark_is_skipped_and_the_run_kept(monkeypatch):
+    from servebook.lab import run as lab_run
+
+    def fails(*args, **kwargs):
+        raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(lab_run, "measure_kernel", fails)
+    monkeypatch.setattr(lab_run.kernels, "triton_available", lambda: True)
+    run = lab.Run(lab.LabConfig(kernel_benchmark=True), lab.Device("cpu", "CPU"), log=lambda _: None)
+    assert run.measure_kernel() is None
+    assert run.skipped == [{"what": "the fused kernel alone",
+                            "reason": "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"}]

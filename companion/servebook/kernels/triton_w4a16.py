@@ -15,28 +15,23 @@ def w4a16_kernel(x_ptr, codes_ptr, scales_ptr, zeros_ptr, bias_ptr, out_ptr,
                  ZERO_POINTS: tl.constexpr, BIAS: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr):
-    """out[m, n] = sum over groups G of s[n, G] * sum over k in G of
-    x[m, k] * (q[n, k] - z[n, G]), for one BLOCK_M x BLOCK_N tile of out.
+    """One BLOCK_M x BLOCK_N tile of out[m, n] = sum over groups G of
+    s[n, G] * sum over k in G of x[m, k] * (q[n, k] - z[n, G]).
 
-    The program walks K in steps of BLOCK_K inputs, every SPLIT_K-th step
-    (the programs beside it along axis 2 take the others; the launcher adds
-    their partial sums in a fixed order).  Byte j of a row holds the codes
-    of inputs 2j (low nibble) and 2j + 1 (high nibble): the even inputs
-    meet the low nibbles, the odd inputs the high ones.  The codes become
-    16-bit numbers only in registers: W_hat is never written to memory.
+    K is walked in steps of BLOCK_K, every SPLIT_K-th step (the programs
+    beside this one on axis 2 take the others; the launcher adds their
+    sums in a fixed order).  W_hat is never written to memory.
     """
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    pid_k = tl.program_id(2)
+    pid_m, pid_n, pid_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)   # tokens
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)   # output features
-    row_in = rows < M
-    col_in = cols < N
+    row_in, col_in = rows < M, cols < N
     # tl.full, not tl.zeros: a builtin, which Triton's interpreter runs
     # even where Triton was imported before TRITON_INTERPRET was set
     acc = tl.full((BLOCK_M, BLOCK_N), 0.0, tl.float32)
     for start in range(pid_k * BLOCK_K, K, SPLIT_K * BLOCK_K):
-        # byte j of each row: inputs 2j and 2j + 1
+        # byte j of a row holds the codes of inputs 2j (low nibble) and
+        # 2j + 1 (high nibble): even inputs meet low nibbles, odd ones high
         pairs = start // 2 + tl.arange(0, BLOCK_K // 2)
         even_in = (2 * pairs < K)[None, :]
         odd_in = (2 * pairs + 1 < K)[None, :]
@@ -49,13 +44,11 @@ def w4a16_kernel(x_ptr, codes_ptr, scales_ptr, zeros_ptr, bias_ptr, out_ptr,
         # BLOCK_K divides the group size: the step lies in one group,
         # one scale and one zero point per output feature
         group = start // group_size
-        if ZERO_POINTS:
-            # zero points are packed like the codes, the grid flattened
+        if ZERO_POINTS:   # packed like the codes, the grid flattened
             at = cols * groups + group
             z = tl.load(zeros_ptr + at // 2, mask=col_in, other=0)
             z = (z >> ((at % 2) * 4)) & 0xF
-        else:
-            # symmetric codes are stored offset by 8
+        else:             # symmetric codes are stored offset by 8
             z = tl.full((BLOCK_N,), 8, tl.uint8)
         z = z.to(x_even.dtype)[None, :]
         # q - z: whole numbers from -15 to 15, exact in 16 bits

@@ -49,25 +49,38 @@ def layer_shapes(spec: ModelSpec) -> dict[tuple[int, int], list[str]]:
     return shapes
 
 
-def _seconds_per_call(calls: Sequence[Callable[[], Any]], device: Device, repeats: int, graph: bool) -> float:
-    """Median over ``repeats`` of the time to run every call once, divided by the number of calls.
+def _captured(run: Callable[[], Any], device: Device) -> Callable[[], Any] | None:
+    """``run`` recorded in a CUDA graph, as the graph's replay; None where the capture is refused."""
+    torch = require_torch()
+    side = torch.cuda.Stream(device.index)
+    side.wait_stream(torch.cuda.current_stream(device.index))
+    with torch.cuda.stream(side):
+        run()                                               # a warm-up off the default stream, as capture wants
+    torch.cuda.current_stream(device.index).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            run()
+    except RuntimeError:   # something in the calls waits on the host: time them as launched instead
+        return None
+    return graph.replay
+
+
+def _seconds_per_call(calls: Sequence[Callable[[], Any]], device: Device, repeats: int,
+                      graph: bool) -> tuple[float, str]:
+    """Median over ``repeats`` of the time to run every call once, divided by the number of calls; and how
+    the calls were timed (``"cuda-graph"`` where ``graph`` asks and the capture succeeds, else ``"eager"``).
 
     On CUDA, after one untimed round (compilation, allocation); a CPU run checks the code, not the times.
     """
     torch = require_torch()
     run = lambda: [call() for call in calls]                 # noqa: E731
+    timing = "eager"
     if device.kind == "cuda":
         run()                                               # warm-up: compilation, allocation
-    if graph and device.kind == "cuda":
-        side = torch.cuda.Stream(device.index)
-        side.wait_stream(torch.cuda.current_stream(device.index))
-        with torch.cuda.stream(side):
-            run()
-        torch.cuda.current_stream(device.index).wait_stream(side)
-        captured = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(captured):
-            run()
-        run = captured.replay
+        replay = _captured(run, device) if graph else None
+        if replay is not None:
+            run, timing = replay, "cuda-graph"
     times = []
     for _ in range(repeats):
         if device.kind == "cuda":
@@ -81,7 +94,7 @@ def _seconds_per_call(calls: Sequence[Callable[[], Any]], device: Device, repeat
             started = time.perf_counter()
             run()
             times.append(time.perf_counter() - started)
-    return statistics.median(times) / len(calls)
+    return statistics.median(times) / len(calls), timing
 
 
 def copy_bandwidth(device: Device, n_bytes: int = GiB, repeats: int = 10) -> dict[str, Any]:
@@ -90,7 +103,7 @@ def copy_bandwidth(device: Device, n_bytes: int = GiB, repeats: int = 10) -> dic
     n_bytes = whole("n_bytes", n_bytes, MiB)
     source = torch.empty(n_bytes, dtype=torch.uint8, device=device.torch_device).fill_(1)
     target = torch.empty_like(source)
-    seconds = _seconds_per_call([lambda: target.copy_(source)], device, whole("repeats", repeats), graph=False)
+    seconds, _ = _seconds_per_call([lambda: target.copy_(source)], device, whole("repeats", repeats), graph=False)
     return {"bytes": n_bytes, "seconds": seconds, "bytes_per_s": 2 * n_bytes / seconds,
             "basis": "torch.Tensor.copy_ between two device buffers: each byte read once and written once"}
 
@@ -118,8 +131,9 @@ def _random_layers(n: int, k: int, group_size: int, copies: int, device: Device)
     return layers
 
 
-def _time_paths(layers, weights16, x, device: Device, repeats: int) -> tuple[dict[str, float], float]:
-    """Seconds per call of each path on ``x``, and the fused result's largest error relative to the unfused one."""
+def _time_paths(layers, weights16, x, device: Device, repeats: int):
+    """(seconds per call, how it was timed) of each path on ``x``, and the fused result's largest error
+    relative to the unfused one."""
     torch = require_torch()
     with torch.inference_mode():
         with kernels.use_fused(False):
@@ -141,18 +155,16 @@ def _rows_for_shape(n, k, batches, group_size, device, repeats, peaks) -> tuple[
     w16_copies = max(1, ceil_div(4 * l2, 2 * n * k)) if l2 else 1
     layers = _random_layers(n, k, group_size, w4_copies, device)
     weights16 = [torch.randn(n, k, device=device.torch_device, dtype=torch.float16) * 0.02 for _ in range(w16_copies)]
-    graphed = "cuda-graph" if device.kind == "cuda" else "eager"
-    timing = {"fused": graphed, "unfused": "eager", "fp16": graphed}
     rows, worst = [], 0.0
     for m in batches:
         x = torch.randn(m, k, device=device.torch_device, dtype=torch.float16)
-        seconds, error = _time_paths(layers, weights16, x, device, repeats)
+        timed, error = _time_paths(layers, weights16, x, device, repeats)
         worst = max(worst, error)
         moved = {"fused": kernels.fused_bytes(m, n, k, group_size), "fp16": 2 * (n * k + m * k + m * n),
                  "unfused": kernels.unfused_bytes(m, n, k, group_size)}
         tiles = kernels.choose_tiles(m, n, k, group_size, _sm_count(device))
-        rows += [_row(n, k, m, path, seconds[path], moved[path], timing[path], peaks,
-                      tiles if path == "fused" else None) for path in PATHS]
+        rows += [_row(n, k, m, path, *timed[path], moved[path], peaks, tiles if path == "fused" else None)
+                 for path in PATHS]
     return rows, worst
 
 
@@ -162,7 +174,7 @@ def _sm_count(device: Device) -> int:
     return require_torch().cuda.get_device_properties(device.index).multi_processor_count
 
 
-def _row(n, k, m, path, seconds, moved, timing, peaks, tiles) -> dict[str, Any]:
+def _row(n, k, m, path, seconds, timing, moved, peaks, tiles) -> dict[str, Any]:
     copy, gpu = peaks
     rate, flops = moved / seconds, 2 * m * n * k / seconds
     return {"n": n, "k": k, "m": m, "path": path, "timing": timing, "seconds": seconds, "bytes": moved,

@@ -260,8 +260,12 @@ class Run:
             self.skip("the fused kernel alone", "Triton is not installed (pip install 'servebook[kernels]')")
             return None
         spec = reduced_spec(models.get(config.random_models[0]), config.reduce)
-        return measure_kernel(spec, self.device, config.kernel_batches, config.group_size, config.repeats,
-                              log=self.log)
+        try:
+            return measure_kernel(spec, self.device, config.kernel_batches, config.group_size, config.repeats,
+                                  log=self.log)
+        except (RuntimeError, ValueError) as error:   # out of memory, a Triton error: the run's rows still count
+            self.skip("the fused kernel alone", f"{type(error).__name__}: {str(error).splitlines()[0][:300]}")
+            return None
 
 
 def run_lab(config: LabConfig | None = None, device: Device | None = None,
