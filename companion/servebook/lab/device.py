@@ -130,6 +130,34 @@ def cuda_growth(device: Device, before: int | None) -> int | None:
     return None if before is None or after is None else after - before
 
 
+def cuda_graph(function: Callable[[], object], device: Device):
+    """``function`` recorded in a CUDA graph (after a warm-up on a side stream, as capture wants): the graph.
+
+    Raises ``RuntimeError`` where the capture is refused: something in ``function`` waits on the host.
+    """
+    torch = require_torch()
+    side = torch.cuda.Stream(device.index)
+    side.wait_stream(torch.cuda.current_stream(device.index))
+    with torch.cuda.stream(side):
+        function()
+    torch.cuda.current_stream(device.index).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        function()
+    return graph
+
+
+def cuda_seconds(function: Callable[[], object], device: Device) -> float:
+    """Seconds of ``function``'s work on the device, between two CUDA events (the host's time not counted)."""
+    torch = require_torch()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record(torch.cuda.current_stream(device.index))
+    function()
+    end.record(torch.cuda.current_stream(device.index))
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3
+
+
 def free_device_memory(device: Device) -> None:
     """Hand freed blocks back to CUDA, so the next measurement sees the device's real free memory.
 

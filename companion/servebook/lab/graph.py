@@ -15,7 +15,7 @@ import statistics
 from dataclasses import dataclass
 
 from ..checks import whole
-from .device import Device, MeasurementSkipped, require_torch
+from .device import Device, MeasurementSkipped, cuda_graph, cuda_seconds, require_torch
 from .measure import _Steps, timed
 
 
@@ -52,19 +52,6 @@ def _decode_call(module, cache, token, position):
     return lambda: module(input_ids=token, **arguments).logits
 
 
-def _replays(graph, device: Device, repeats: int) -> list[float]:
-    torch = require_torch()
-    seconds = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        seconds.append(start.elapsed_time(end) / 1e3)
-    return seconds
-
-
 def graphed_decode(module, device: Device, batch: int, prompt_len: int, repeats: int = 20,
                    seed: int = 0) -> GraphedDecode:
     """Prefill ``batch`` random prompts of ``prompt_len`` tokens into a static cache, then time a decode step
@@ -92,16 +79,9 @@ def graphed_decode(module, device: Device, batch: int, prompt_len: int, repeats:
             decode = _decode_call(module, cache, token, position)
             decode()                                  # warm-up: kernels chosen, the cache's tensors in place
             plain = [timed(decode, device)[0] for _ in range(repeats)]
-            side = torch.cuda.Stream(device.index)
-            side.wait_stream(torch.cuda.current_stream(device.index))
-            with torch.cuda.stream(side):
-                decode()                              # a warm-up off the default stream, as capture wants
-            torch.cuda.current_stream(device.index).wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                decode()
+            graph = cuda_graph(decode, device)
             graph.replay()
-            graph_s = _replays(graph, device, repeats)
+            graph_s = [cuda_seconds(graph.replay, device) for _ in range(repeats)]
     except (RuntimeError, TypeError, ValueError) as error:   # capture refused (a host sync), out of memory, or
         # a transformers whose static cache takes other arguments: a measurement lost, not the run
         raise MeasurementSkipped(f"the decode step could not be captured in a CUDA graph: "

@@ -27,7 +27,7 @@ from .. import gpus, kernels
 from ..checks import whole
 from ..models import ModelSpec
 from ..units import GiB, MiB, ceil_div
-from .device import Device, require_torch
+from .device import Device, cuda_graph, cuda_seconds, require_torch
 from .load import linear_shapes
 
 LAYER_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")  # linear_shapes' order
@@ -51,19 +51,10 @@ def layer_shapes(spec: ModelSpec) -> dict[tuple[int, int], list[str]]:
 
 def _captured(run: Callable[[], Any], device: Device) -> Callable[[], Any] | None:
     """``run`` recorded in a CUDA graph, as the graph's replay; None where the capture is refused."""
-    torch = require_torch()
-    side = torch.cuda.Stream(device.index)
-    side.wait_stream(torch.cuda.current_stream(device.index))
-    with torch.cuda.stream(side):
-        run()                                               # a warm-up off the default stream, as capture wants
-    torch.cuda.current_stream(device.index).wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
     try:
-        with torch.cuda.graph(graph):
-            run()
+        return cuda_graph(run, device).replay
     except RuntimeError:   # something in the calls waits on the host: time them as launched instead
         return None
-    return graph.replay
 
 
 def _seconds_per_call(calls: Sequence[Callable[[], Any]], device: Device, repeats: int,
@@ -73,7 +64,6 @@ def _seconds_per_call(calls: Sequence[Callable[[], Any]], device: Device, repeat
 
     On CUDA, after one untimed round (compilation, allocation); a CPU run checks the code, not the times.
     """
-    torch = require_torch()
     run = lambda: [call() for call in calls]                 # noqa: E731
     timing = "eager"
     if device.kind == "cuda":
@@ -84,12 +74,7 @@ def _seconds_per_call(calls: Sequence[Callable[[], Any]], device: Device, repeat
     times = []
     for _ in range(repeats):
         if device.kind == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            run()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / 1e3)
+            times.append(cuda_seconds(run, device))
         else:
             started = time.perf_counter()
             run()
