@@ -36,12 +36,14 @@ SIBLINGS = {
     "measure": {"device"},
     "predict": {"device", "load", "measure", "results"},
     "vllm": {"device"},
-    "run": {"device", "load", "measure", "predict", "results", "vllm"},
+    "graph": {"device", "measure"},
+    "kernel": {"device", "load"},
+    "run": {"device", "load", "measure", "predict", "results", "vllm", "graph", "kernel"},
     "__main__": {"device", "load", "results", "run"},
-    "__init__": {"device", "load", "measure", "predict", "results", "run", "vllm"},
+    "__init__": {"device", "load", "measure", "predict", "results", "run", "vllm", "graph", "kernel"},
 }
 BELOW_THE_LAB = {"models", "memory", "roofline", "qmodel", "smallmodel", "quant", "checks", "units", "gpus", "hub",
-                 "__version__", "lab"}
+                 "kernels", "__version__", "lab"}
 
 
 def test_every_first_edition_name_is_still_exported():

@@ -30,7 +30,7 @@ from functools import partial
 import torch
 from torch import nn
 
-from . import memory, quant
+from . import kernels, memory, quant
 from .awq import search_scale
 from .calibration import for_each_block, input_statistics
 from .checks import choice, flag, member, whole
@@ -158,6 +158,8 @@ class QuantizedLinear(nn.Module):
         return quant.dequantize(self.codes(), self.qparams(), dtype=dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if kernels.fused_applies(self, x):   # CUDA and Triton: W_hat made in registers, never in memory
+            return kernels.w4a16_linear(self, x)
         return nn.functional.linear(x, self.dequantized_weight(x.dtype), self.bias)
 
     def weight_nbytes(self) -> int:

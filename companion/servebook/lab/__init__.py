@@ -9,6 +9,10 @@ the lab measures
 - the time of a prefill step and of a decode step (median of repeats, with the
   device synchronised around each), and tokens per second,
 - the held-out perplexity,
+- on a GPU run: a decode step at batch 1 launched from Python and replayed
+  from a CUDA graph (:mod:`~servebook.lab.graph`), and the fused W4A16 kernel
+  alone, layer shape by layer shape, against a device-to-device copy
+  (:mod:`~servebook.lab.kernel`),
 
 and puts beside each measurement the prediction of :mod:`servebook.memory`
 (bytes) or :mod:`servebook.roofline` (time, on a GPU in its table) and the
@@ -23,16 +27,21 @@ recorded under ``"skipped"`` with the reason, and the run goes on.
 """
 
 from .device import Device, MeasurementSkipped, detect_device, environment, roofline_gpu_for
+from .graph import GraphedDecode, graphed_decode
+from .kernel import check_kernel, copy_bandwidth, kernel_table, layer_shapes, measure_kernel
 from .load import (
     DEFAULT_HUB_MODEL,
     FLOAT_VARIANTS,
+    KERNEL_PATHS,
     QUANT_BITS,
     QUANT_METHODS,
     QUANT_VARIANTS,
+    UNFUSED_VARIANT,
     VARIANTS,
     LabModel,
     ModelUnavailable,
     hub_reachable,
+    kernel_path,
     linear_shapes,
     llama_config,
     load_hub,
@@ -55,7 +64,7 @@ from .measure import (
     timed,
     weight_bytes_of,
 )
-from .predict import generation_rows, qmodel_scheme, time_predictions
+from .predict import fused_scheme, generation_rows, qmodel_scheme, time_predictions
 from .results import (
     QUANTITIES,
     SCHEMA,
@@ -78,14 +87,18 @@ __all__ = [
     # device
     "Device", "MeasurementSkipped", "detect_device", "environment", "roofline_gpu_for",
     # models to measure
-    "DEFAULT_HUB_MODEL", "FLOAT_VARIANTS", "QUANT_BITS", "QUANT_METHODS", "QUANT_VARIANTS", "VARIANTS", "LabModel",
-    "ModelUnavailable", "hub_reachable", "linear_shapes", "llama_config", "load_hub", "load_project", "load_random",
-    "quantize", "quantized_weight_prediction", "reduced_spec", "torch_dtype",
+    "DEFAULT_HUB_MODEL", "FLOAT_VARIANTS", "KERNEL_PATHS", "QUANT_BITS", "QUANT_METHODS", "QUANT_VARIANTS",
+    "UNFUSED_VARIANT", "VARIANTS", "LabModel", "ModelUnavailable", "hub_reachable", "kernel_path", "linear_shapes",
+    "llama_config", "load_hub", "load_project", "load_random", "quantize", "quantized_weight_prediction",
+    "reduced_spec", "torch_dtype",
     # measuring
     "Generation", "cache_bytes", "cache_tensors", "measure_generation", "other_buffer_bytes", "perplexity",
     "prefill_cache", "tensor_bytes", "timed", "weight_bytes_of",
+    # a decode step in a CUDA graph; the fused kernel alone
+    "GraphedDecode", "graphed_decode", "check_kernel", "copy_bandwidth", "kernel_table", "layer_shapes",
+    "measure_kernel",
     # predictions
-    "generation_rows", "qmodel_scheme", "time_predictions",
+    "fused_scheme", "generation_rows", "qmodel_scheme", "time_predictions",
     # the results document
     "QUANTITIES", "SCHEMA", "SCHEMA_VERSION", "format_table", "latest_recorded", "markdown_table", "measurement_row",
     "provenance", "recorded_dir", "recorded_runs", "table", "validate", "write_results",

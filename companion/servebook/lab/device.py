@@ -104,7 +104,7 @@ def detect_device(requested: str = "auto", log: Callable[[str], None] = print) -
 def environment(device: Device) -> dict[str, str | None]:
     """Library versions of this run (``None`` where a library is not installed)."""
     versions: dict[str, str | None] = {"python": platform.python_version(), "servebook": __version__}
-    for name in ("torch", "transformers", "numpy", "safetensors", "vllm"):
+    for name in ("torch", "transformers", "numpy", "safetensors", "triton", "vllm"):
         try:
             versions[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
@@ -128,6 +128,34 @@ def cuda_growth(device: Device, before: int | None) -> int | None:
     """How far the allocator's count grew since it was ``before`` (``None`` on a CPU)."""
     after = cuda_allocated(device)
     return None if before is None or after is None else after - before
+
+
+def cuda_graph(function: Callable[[], object], device: Device):
+    """``function`` recorded in a CUDA graph (after a warm-up on a side stream, as capture wants): the graph.
+
+    Raises ``RuntimeError`` where the capture is refused: something in ``function`` waits on the host.
+    """
+    torch = require_torch()
+    side = torch.cuda.Stream(device.index)
+    side.wait_stream(torch.cuda.current_stream(device.index))
+    with torch.cuda.stream(side):
+        function()
+    torch.cuda.current_stream(device.index).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        function()
+    return graph
+
+
+def cuda_seconds(function: Callable[[], object], device: Device) -> float:
+    """Seconds of ``function``'s work on the device, between two CUDA events (the host's time not counted)."""
+    torch = require_torch()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record(torch.cuda.current_stream(device.index))
+    function()
+    end.record(torch.cuda.current_stream(device.index))
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3
 
 
 def free_device_memory(device: Device) -> None:

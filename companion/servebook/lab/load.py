@@ -18,7 +18,11 @@ DEFAULT_HUB_MODEL = "Qwen/Qwen2.5-0.5B"
 FLOAT_VARIANTS = ("fp32", "fp16", "bf16")
 QUANT_BITS = {"w8a16": 8, "w4a16": 4}  # weight-only: the codes' width; activations stay in the float dtype
 QUANT_VARIANTS = tuple(QUANT_BITS)
-VARIANTS = FLOAT_VARIANTS + QUANT_VARIANTS
+# W4A16 measured again with servebook.kernels' fused kernel turned off, where it would run (CUDA, Triton).
+UNFUSED_VARIANT = "w4a16-unfused"
+VARIANTS = FLOAT_VARIANTS + QUANT_VARIANTS + (UNFUSED_VARIANT,)
+# How a quantized variant multiplies: servebook.kernels' fused W4A16 kernel, or qmodel's dequantize-then-matmul.
+KERNEL_PATHS = ("fused", "dequantize-matmul")
 QUANT_METHODS = ("rtn", "gptq", "awq")  # servebook.qmodel.METHODS, named here so a config needs no torch
 
 
@@ -45,6 +49,7 @@ class LabModel:
     note: str = ""
     load_seconds: float = 0.0
     allocated_bytes: int | None = None  # CUDA: what the allocator's count grew by while loading
+    kernel: str | None = None  # quantized variants: one of KERNEL_PATHS
 
     def entry(self) -> dict[str, Any]:
         """This model as the results' ``models`` list records it."""
@@ -53,7 +58,7 @@ class LabModel:
                                                     "tied_embeddings")}
         return {"name": self.name, "source": self.source, "variant": self.variant, "dtype": self.dtype,
                 "spec": spec, "reduced_from": self.reduced_from, "group_size": self.group_size,
-                "note": self.note, "load_seconds": round(self.load_seconds, 3)}
+                "note": self.note, "load_seconds": round(self.load_seconds, 3), "kernel": self.kernel}
 
 
 def torch_dtype(dtype: str):
@@ -287,10 +292,23 @@ def quantize(base: LabModel, variant: str, device: Device, group_size: int = 128
     except ValueError as error:
         raise ModelUnavailable(f"cannot quantize {base.name} to {variant}: {error}") from error
     predicted, basis = quantized_weight_prediction(base.spec, variant, group_size, base.dtype)
-    note = f"{method.upper()} {variant.upper()} g{group_size} by servebook.qmodel (dequantize, then matmul)"
+    kernel = kernel_path(report.model, device, base.dtype)
+    how = "fused W4A16 kernel" if kernel == "fused" else "dequantize, then matmul"
+    note = f"{method.upper()} {variant.upper()} g{group_size} by servebook.qmodel ({how})"
     if base.dtype != "fp16":
         note += f"; activations in {base.dtype}"
     return replace(base, variant=variant, module=report.model, predicted_weight_bytes=predicted,
                    weight_basis=basis, group_size=group_size, note=note,
                    load_seconds=base.load_seconds + time.perf_counter() - started,
-                   allocated_bytes=cuda_growth(device, before))
+                   allocated_bytes=cuda_growth(device, before), kernel=kernel)
+
+
+def kernel_path(module, device: Device, dtype: str) -> str:
+    """``"fused"`` if every quantized layer of ``module`` multiplies ``dtype`` activations on ``device`` with
+    servebook.kernels' fused kernel, else ``"dequantize-matmul"``."""
+    from .. import kernels, qmodel
+
+    torch = require_torch()
+    probe = torch.empty(1, 1, dtype=torch_dtype(dtype), device=device.torch_device)  # its device and dtype decide
+    layers = [m for m in module.modules() if isinstance(m, qmodel.QuantizedLinear)]
+    return "fused" if layers and all(kernels.fused_applies(m, probe) for m in layers) else "dequantize-matmul"

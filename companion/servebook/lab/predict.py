@@ -5,9 +5,9 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from .. import checks, memory, roofline
+from .. import checks, kernels, memory, roofline
 from .device import Device
-from .load import QUANT_BITS, QUANT_VARIANTS, LabModel
+from .load import QUANT_BITS, QUANT_VARIANTS, UNFUSED_VARIANT, LabModel
 from .measure import Generation
 from .results import measurement_row
 
@@ -26,11 +26,22 @@ def qmodel_scheme(variant: str, group_size: int) -> roofline.Scheme:
                            dequant_flops_per_weight=2, dequant_tile_tokens=sys.maxsize)
 
 
+def fused_scheme(group_size: int) -> roofline.Scheme:
+    """The roofline scheme of servebook.kernels' fused W4A16 kernel: a weight is dequantized once per output
+    tile, so once per ``block_m`` tokens of a prefill tile (a decode step's tokens fit in one tile)."""
+    tile = kernels.choose_tiles(4096, 4096, 4096, checks.group_size(group_size, allow_none=False)).block_m
+    return roofline.Scheme("W4A16", "int4", "fp16", group_size=group_size, dequant_flops_per_weight=2,
+                           dequant_tile_tokens=tile)
+
+
 def _roofline_scheme(model: LabModel) -> roofline.Scheme:
-    """The roofline scheme of a variant: 16-bit weights, or servebook.qmodel's weight-only quantization."""
+    """The roofline scheme of a variant: 16-bit weights, the fused W4A16 kernel, or servebook.qmodel's
+    dequantize-then-matmul."""
     if model.variant in ("fp16", "bf16"):
         return roofline.scheme("W16A16")
-    return qmodel_scheme(model.variant, model.group_size)
+    if model.kernel == "fused":
+        return fused_scheme(model.group_size)
+    return qmodel_scheme("w4a16" if model.variant == UNFUSED_VARIANT else model.variant, model.group_size)
 
 
 def time_predictions(model: LabModel, device: Device, batch: int, prompt_len: int, last_logits_only: bool = False

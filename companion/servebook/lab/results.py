@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..checks import choice
+from ..checks import choice, flag
 from ..units import GiB, MiB
 from .load import FLOAT_VARIANTS, VARIANTS
 
@@ -18,6 +18,8 @@ QUANTITIES = {
     "weight_bytes": "B", "allocated_bytes": "B", "kv_bytes": "B", "peak_bytes": "B",
     "prefill_s": "s", "decode_s": "s", "prefill_tokens_per_s": "tokens/s", "decode_tokens_per_s": "tokens/s",
     "perplexity": "1",
+    # a decode step over a static cache, launched from Python and replayed from a CUDA graph (servebook.lab.graph)
+    "decode_static_s": "s", "decode_graph_s": "s",
 }
 
 
@@ -47,6 +49,39 @@ _ROW = {
         "predicted": {"type": ["number", "null"], "exclusiveMinimum": 0},
         "ratio": _NUMBER_OR_NULL,
         "basis": {"type": "string", "minLength": 1},
+    },
+}
+_FRACTION = {"type": ["number", "null"], "minimum": 0}
+_KERNEL_ROW = {
+    "type": "object",
+    "required": ["layers", "n", "k", "m", "path", "timing", "seconds", "bytes", "bytes_per_s", "fraction_of_copy",
+                 "fraction_of_datasheet", "flops_per_s", "fraction_of_fp16_peak", "tiles"],
+    "additionalProperties": False,
+    "properties": {
+        "layers": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+        "n": {"type": "integer", "minimum": 1}, "k": {"type": "integer", "minimum": 1},
+        "m": {"type": "integer", "minimum": 1},
+        "path": {"enum": ["fused", "unfused", "fp16"]},
+        "timing": {"enum": ["cuda-graph", "eager"]},
+        "seconds": {"type": "number", "exclusiveMinimum": 0},
+        "bytes": {"type": "integer", "minimum": 1},
+        "bytes_per_s": {"type": "number", "exclusiveMinimum": 0},
+        "fraction_of_copy": {"type": "number", "minimum": 0},
+        "fraction_of_datasheet": _FRACTION,
+        "flops_per_s": {"type": "number", "minimum": 0},
+        "fraction_of_fp16_peak": _FRACTION,
+        "tiles": {"type": ["object", "null"]},
+    },
+}
+_KERNEL = {  # servebook.lab.kernel.measure_kernel: the fused kernel alone, layer shape by layer shape
+    "type": "object",
+    "required": ["model", "group_size", "dtype", "copy", "datasheet_bytes_per_s", "rows", "max_relative_error"],
+    "properties": {
+        "model": {"type": "string"}, "group_size": {"type": "integer", "minimum": 1},
+        "copy": {"type": "object", "required": ["bytes", "seconds", "bytes_per_s", "basis"]},
+        "datasheet_bytes_per_s": {"type": ["number", "null"]},
+        "max_relative_error": {"type": "object", "additionalProperties": {"type": "number", "minimum": 0}},
+        "rows": {"type": "array", "items": _KERNEL_ROW},
     },
 }
 SCHEMA: dict[str, Any] = {
@@ -83,24 +118,28 @@ SCHEMA: dict[str, Any] = {
                  "properties": {"status": {"enum": ["measured", "skipped"]}}},
         "run_seconds": {"type": "number", "minimum": 0},
         "note": {"type": "string"},
+        "kernel": _KERNEL,
     },
 }
 """The JSON schema of a results document (draft 2020-12)."""
 
 
-def validate(results: dict[str, Any]) -> None:
+def validate(results: dict[str, Any], schema: bool = True) -> None:
     """Check ``results`` against :data:`SCHEMA` and its internal consistency; raise ``ValueError`` naming the fault.
 
     Beyond the schema: each row's model was measured, units match quantities,
-    and each ratio is measured / predicted.
+    and each ratio is measured / predicted.  ``schema=False`` checks only
+    those (where ``jsonschema`` is not installed; a recorded run is checked
+    in full whenever it is read).
     """
-    import jsonschema
+    if flag("schema", schema):
+        import jsonschema
 
-    try:
-        jsonschema.validate(results, SCHEMA)
-    except jsonschema.ValidationError as error:
-        where = "/".join(str(p) for p in error.absolute_path) or "the document"
-        raise ValueError(f"lab results do not match the schema at {where}: {error.message}") from None
+        try:
+            jsonschema.validate(results, SCHEMA)
+        except jsonschema.ValidationError as error:
+            where = "/".join(str(p) for p in error.absolute_path) or "the document"
+            raise ValueError(f"lab results do not match the schema at {where}: {error.message}") from None
     measured = {(m["name"], m["variant"]) for m in results["models"]}
     for i, row in enumerate(results["rows"]):
         if (row["model"], row["variant"]) not in measured:
@@ -140,9 +179,9 @@ def latest_recorded(prefer: str = "cuda", directory: str | Path | None = None) -
     return (preferred or runs)[-1]
 
 
-def write_results(results: dict[str, Any], path: str | Path) -> Path:
-    """Validate and write ``results`` as indented JSON (numbers as measured)."""
-    validate(results)
+def write_results(results: dict[str, Any], path: str | Path, schema: bool = True) -> Path:
+    """Validate (``schema``: see :func:`validate`) and write ``results`` as indented JSON (numbers as measured)."""
+    validate(results, schema)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
