@@ -24,6 +24,7 @@ import math
 import re
 import shlex
 import sys
+import textwrap
 from dataclasses import asdict
 from fractions import Fraction
 from pathlib import Path
@@ -36,6 +37,7 @@ from .units import DTYPE_BYTES, UNITS, GiB, canonical_dtype, fmt_both, fmt_bytes
 
 SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)\s*$")
 WEIGHT_DTYPES = tuple(DTYPE_BYTES)
+WIDTH = 75  # what a terminal and the book's page both hold
 
 
 class CommandError(Exception):
@@ -133,20 +135,19 @@ def fit_text(a: dict[str, Any]) -> str:
 
 
 def plan_text(a: dict[str, Any]) -> str:
-    grouped = f" in groups of {a['group_size']}" if a["group_size"] else ""
-
-    def both(n: int) -> str:
-        return f"{fmt_bytes(n, 'GiB')}  = {n:,} B"
-
-    return pairs([
-        ("GPU", f"{a['gpu']}: {both(a['gpu_bytes'])}"),
-        ("- weights", f"{both(a['weights_bytes'])}  ({a['parameters']:,} parameters in {a['weights_dtype']}{grouped})"),
-        ("- overhead", both(a["overhead_bytes"])),
-        ("= KV pool", both(a["kv_pool_bytes"])),
-        ("per user", f"{both(a['bytes_per_user'])}  ({a['context']:,} tokens of {a['kv_dtype']} KV)"),
-        ("users", f"{a['users']:,}  (floor of KV pool / per user)"),
-        ("left over", both(a["leftover_bytes"])),
-    ])
+    grouped = f" (groups of {a['group_size']})" if a["group_size"] else ""
+    rows = [("GPU", a["gpu_bytes"]), ("- weights", a["weights_bytes"]), ("- overhead", a["overhead_bytes"]),
+            ("= KV pool", a["kv_pool_bytes"]), ("per user", a["bytes_per_user"])]
+    cells = [(key, f"{n / GiB:,.3f}", f"{n:,}") for key, n in rows]
+    cells += [("users", f"{a['users']:,}", ""),
+              ("left over", f"{a['leftover_bytes'] / GiB:,.3f}", f"{a['leftover_bytes']:,}")]
+    width = [max(len(c[i]) for c in cells) for i in range(3)]
+    lines = textwrap.wrap(f"{a['model']} ({a['parameters']:,} parameters) in {a['weights_dtype']}{grouped} "
+                          f"on {a['gpu']}; each user holds {a['context']:,} tokens of {a['kv_dtype']} KV cache",
+                          WIDTH)
+    lines.append(f"{'':{width[0]}}  {'GiB':>{width[1]}}  {'bytes':>{width[2]}}")
+    lines += [f"{k:{width[0]}}  {g:>{width[1]}}  {b:>{width[2]}}".rstrip() for k, g, b in cells]
+    return "\n".join([*lines, "users = floor(KV pool / per user); left over = KV pool - users * per user"])
 
 
 def advise_answer(args: argparse.Namespace) -> advisor.Advice:
@@ -163,19 +164,37 @@ def advice_data(advice: advisor.Advice) -> dict[str, Any]:
             "dominant": advice.dominant, "diagnosis": list(advice.diagnosis), "ranking": advice.rows()}
 
 
+def advice_text(advice: advisor.Advice) -> str:
+    """The advisor's report for a terminal: the wall, then the ranking, then what each lever buys."""
+    head, dominant, *diagnosis = str(advice).split("\n\n")[0].split("\n")
+    lines = textwrap.wrap(head, WIDTH, subsequent_indent="  ")
+    lines += textwrap.wrap(dominant, WIDTH, subsequent_indent="  ")
+    for line in diagnosis:
+        lines += textwrap.wrap(line.strip().removeprefix("- "), WIDTH, initial_indent="  - ",
+                               subsequent_indent="    ")
+    rows = advice.rows()
+    shown = [k for k in rows[0] if k in ("rank", "lever", "fits at once", "tokens/s", "mean latency (s)")
+             or k.startswith("x ")]
+    names = {"fits at once": "fits", "mean latency (s)": "latency (s)"}
+    ranking = table([{names.get(k, k): row[k] for k in shown} for row in rows])
+    notes = [line for row in rows for line in textwrap.wrap(f"{row['lever']}: {row['what it buys']}", WIDTH,
+                                                             initial_indent="  ", subsequent_indent="    ")]
+    return "\n".join([*lines, "", ranking, "", "what each lever changes:", *notes])
+
+
 def models_rows() -> list[dict[str, Any]]:
     rows = []
     for name in models.names():
         spec = models.get(name)
         rows.append({"id": name, "attention": spec.attention, "layers": spec.n_layers,
-                     "parameters": spec.n_params, "KV bytes/token (fp16)": memory.kv_bytes_per_token(spec)})
+                     "parameters": spec.n_params, "KV B/token": memory.kv_bytes_per_token(spec)})
     return rows
 
 
 def gpus_rows() -> list[dict[str, Any]]:
-    return [{"id": name, "memory (GiB)": round(g.memory / GiB, 2), "datasheet": g.memory_label,
-             "bandwidth (GB/s)": round(g.bandwidth / 1e9), "fp16 (TFLOP/s)": round(g.peak("fp16") / 1e12, 1),
-             "int8 (TOP/s)": round(g.peak("int8") / 1e12, 1)}
+    return [{"id": name, "GiB": round(g.memory / GiB, 2), "datasheet": g.memory_label,
+             "GB/s": round(g.bandwidth / 1e9), "FP16 TFLOP/s": round(g.peak("fp16") / 1e12, 1),
+             "INT8 TOP/s": round(g.peak("int8") / 1e12, 1)}
             for name, g in ((name, gpus.get(name)) for name in gpus.names())]
 
 
@@ -270,7 +289,7 @@ def answer(args: argparse.Namespace) -> str:
         return json.dumps(rows, indent=2) if args.json else table(rows)
     if args.command == "advise":
         advice = advise_answer(args)
-        return json.dumps(advice_data(advice), indent=2) if args.json else str(advice)
+        return json.dumps(advice_data(advice), indent=2) if args.json else advice_text(advice)
     found = kv_answer(args) if args.command == "kv" else plan_answer(args)
     if args.json:
         return json.dumps(found, indent=2)
