@@ -1,9 +1,10 @@
-"""Build the book: regenerate figures, execute every page, write Colab notebooks, render.
+"""Build the book: regenerate figures and the API reference, execute every page, write Colab notebooks, render.
 
 Usage (from the repository root)::
 
-    python -m tools.build              # everything: figures, execute, notebooks, render
+    python -m tools.build              # everything: figures, reference, execute, notebooks, render
     python -m tools.build figures      # only rewrite figures/
+    python -m tools.build reference    # only rewrite the API reference pages from the docstrings
     python -m tools.build page chapters/kv-cache.qmd   # execute one page, report
     python -m tools.build notebooks    # execute the chapter and exercise pages, write their notebooks
 
@@ -24,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import preview
+from . import apiref, preview
 from .notebooks import COLAB_BASE, has_notebook, write_notebooks
 from .pages import book_outline, book_pages, find_root, read_page
 from .quarto import INLINE, cell_options
@@ -150,6 +151,7 @@ def render_site(root: Path, results: list[PageResult]) -> None:
 def build(root: Path, render: bool = True) -> int:
     started = time.perf_counter()
     print(f"figures: {len(write_figures(root))} files written to {root / 'figures'}")
+    print(f"reference: {len(apiref.write(root))} pages written")
     results, failures = execute_all(book_pages(root))
     notebooks = write_notebooks(root, results, root / NOTEBOOKS)
     print(f"notebooks: {len(notebooks)} Colab notebooks in {root / NOTEBOOKS}")
@@ -164,7 +166,7 @@ def build(root: Path, render: bool = True) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.build", description=__doc__.split("\n\n")[0])
     parser.add_argument("what", nargs="?", default="all",
-                        choices=["all", "figures", "page", "notebooks"])
+                        choices=["all", "figures", "reference", "page", "notebooks"])
     parser.add_argument("paths", nargs="*", type=Path, help="pages to execute (with 'page' or 'notebooks')")
     parser.add_argument("--no-render", action="store_true", help="skip quarto render / the HTML preview")
     args = parser.parse_args(argv)
@@ -173,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"figures: {len(write_figures(root))} files written to {root / 'figures'}")
         return 0
     if args.what == "reference":
-            return 0
+        print(f"reference: {len(apiref.write(root))} pages written")
+        return 0
     if args.what == "notebooks":
         pages = args.paths or [root / p.path for p in book_outline(root) if has_notebook(p)]
         results, failures = execute_all(pages)

@@ -35,9 +35,12 @@ from .checks import byte_count, choice, group_size, whole
 from .models import ModelSpec
 from .units import DTYPE_BYTES, UNITS, GiB, canonical_dtype, fmt_both, fmt_bytes
 
+__all__ = ["DEFAULT_OVERHEAD", "WIDTH", "argument_parser", "main", "size", "transcript"]
+
 SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)\s*$")
 WEIGHT_DTYPES = tuple(DTYPE_BYTES)
 WIDTH = 75  # what a terminal and the book's page both hold
+DEFAULT_OVERHEAD = 4 * GiB  # the book's: CUDA context, activations, fragmentation
 
 
 class CommandError(Exception):
@@ -247,7 +250,7 @@ def _add_budget_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--group-size", type=int, default=None,
                         help="quantization group size: each group also stores a scale and a zero point")
     parser.add_argument("--context", type=int, default=4096, help="tokens per user, prompt and output (4096)")
-    parser.add_argument("--overhead", type=size, default=4 * GiB, help="memory kept back, e.g. 4GiB (default)")
+    parser.add_argument("--overhead", type=size, default=DEFAULT_OVERHEAD, help="memory kept back (default 4GiB)")
     parser.add_argument("--memory", type=size, default=None, help="the GPU's memory if not the datasheet's")
 
 
