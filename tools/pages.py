@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from . import citations, render
-from .quarto import BookPage, cell_options, outline
+from .quarto import BookPage, cell_options, listed_pages, outline
 
 ROOT_MARKER = "_quarto.yml"
 SITE_URL = "https://servebook.github.io/servebook/"
@@ -39,11 +39,10 @@ def site_url(root: Path) -> str:
 
 def book_outline(root: Path) -> list[BookPage]:
     """Every page listed in ``_quarto.yml``, in book order, with the number Quarto gives it."""
-    from .quarto import listed_pages
-
-    chapters, appendices = listed_pages(config(root))
+    book = config(root)
+    chapters, appendices = listed_pages(book)
     sources = {p: (root / p).read_text(encoding="utf-8") for p in chapters + appendices if (root / p).exists()}
-    return outline(config(root), sources)
+    return outline(book, sources)
 
 
 def book_pages(root: Path) -> list[Path]:
