@@ -6,7 +6,9 @@ test_book.py and test_notebooks_from_wheel.py).
 """
 
 import re
+import sys
 import textwrap
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -14,6 +16,12 @@ from tools import citations, notebooks, pages, preview, quarto, render
 
 import servebook
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parents[1]
 SITE = "https://example.org/book/"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
@@ -271,7 +279,9 @@ def test_hidden_code_stays_hidden_and_unrun_code_is_shown(book):
 def test_the_note_and_the_first_code_cell_install_the_commit_that_built_the_page(book):
     cells = notebook_of(book, "chapters/first.qmd").cells
     note, install = cells[0], cells[1]
-    assert note.cell_type == "markdown" and f"servebook {servebook.__version__} at commit" in note.source
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert servebook.__version__ == version  # read from the installed metadata: one place holds it
+    assert note.cell_type == "markdown" and f"servebook {version} at commit" in note.source
     assert "[Chapter 1: The first chapter]" in note.source and "running the cells recomputes them" in note.source
     assert install.cell_type == "code" and "%pip install" in install.source
     assert f'"servebook[torch] @ git+https://github.com/servebook/servebook@{COMMIT}"' in install.source
