@@ -4,7 +4,7 @@ import re
 from pathlib import Path
 
 import pytest
-from tools import build, quarto
+from tools import build, notebooks, pages, quarto, render
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = build.book_pages(ROOT)
@@ -134,10 +134,39 @@ def test_callout_fences_are_balanced(page):
     assert depth == 0, f"{depth} ::: div(s) left open"
 
 
-@pytest.mark.parametrize("page", [p for p in PAGES if p.parent.name == "chapters"], ids=lambda p: p.name)
-def test_chapters_link_to_their_colab_notebook(page):
-    badge = f"{build.COLAB_BASE}/{page.parent.name}/{page.stem}.ipynb"
-    assert badge in QMD[page], "the chapter needs its Open in Colab badge"
+NOTEBOOK_PAGES = [p for p in pages.book_outline(ROOT) if notebooks.has_notebook(p)]
+
+
+@pytest.mark.parametrize("page", NOTEBOOK_PAGES, ids=lambda p: p.path)
+def test_chapter_and_exercise_pages_link_to_their_notebook_with_a_badge_that_is_not_a_figure(page):
+    text = QMD[ROOT / page.path]
+    badge = quarto.colab_badge(text)
+    assert badge, "the page needs its Open in Colab badge, written as quarto.COLAB_BADGE says"
+    assert badge.url == notebooks.colab_url(page) and badge.alt.startswith("Open in Colab")
+    # An image with a caption alone in a paragraph is a figure in Quarto: the badge has alt text, no caption.
+    assert len(quarto.ANY_BADGE.findall(text)) == 1
+
+
+def test_seventeen_pages_have_a_notebook_and_only_the_gpu_lab_asks_for_a_gpu():
+    assert len(NOTEBOOK_PAGES) == 17
+    gpu = [p.path for p in NOTEBOOK_PAGES if quarto.colab_badge(QMD[ROOT / p.path]).gpu]
+    assert gpu == ["chapters/gpu-lab.qmd"]
+
+
+@pytest.fixture(scope="module")
+def book_context():
+    site = pages.site_url(ROOT)
+    return pages.book_context(ROOT, render.Style(lambda there, anchor: f"{site}{there}#{anchor}"))
+
+
+@pytest.mark.parametrize("page", NOTEBOOK_PAGES, ids=lambda p: p.path)
+def test_every_notebook_is_free_of_quarto_markup(page, book_context):
+    """Built from the unexecuted page (its inline expressions stood in for); the slow test fills them."""
+    source = pages.read_page(ROOT / page.path)
+    for cell in source.cells:
+        cell.source = quarto.INLINE.sub("1", cell.source)
+    notebook = notebooks.colab_notebook(source, page, book_context, "0" * 40, pages.site_url(ROOT))
+    assert not notebooks.quarto_left(notebook)
 
 
 @pytest.mark.slow
@@ -148,6 +177,12 @@ def test_page_executes(page):
     assert not errors
     leftover = [c.source for c in result.notebook.cells if c.cell_type == "markdown" and build.INLINE.search(c.source)]
     assert not leftover, "inline expressions were not evaluated"
+    outline = pages.page_of(ROOT, page)
+    if notebooks.has_notebook(outline):
+        site = pages.site_url(ROOT)
+        context = pages.book_context(ROOT, render.Style(lambda there, anchor: f"{site}{there}#{anchor}"))
+        notebook = notebooks.colab_notebook(result.notebook, outline, context, "0" * 40, site)
+        assert not notebooks.quarto_left(notebook), "the notebook shows Quarto markup"
 
 
 def _visible_outputs(notebook) -> list:

@@ -1,11 +1,11 @@
 """The build executes pages, evaluates inline expressions, names failing cells, writes Colab notebooks."""
 
+import re
 import textwrap
 
+import nbformat
 import pytest
 from tools import build
-
-from servebook import __version__
 
 PAGE = textwrap.dedent('''\
     # A page {#sec-a-page}
@@ -62,14 +62,13 @@ def test_a_broken_inline_expression_is_named(book):
         build.execute_page(page)
 
 
-def test_colab_notebook_installs_this_version_first(book):
-    notebook = build.colab_notebook(book / "chapters" / "01-a.qmd")
-    install = notebook.cells[1]
-    assert install.cell_type == "code" and "%pip install" in install.source
-    assert f"@v{__version__}" in install.source
-    assert notebook.cells[2].source.startswith("# A page")
-    written = build.write_notebooks(book, book / "out")
-    assert [p.name for p in written] == ["01-a.ipynb"]
+def test_an_executed_pages_notebook_holds_the_values_the_page_printed(book):
+    result = build.execute_page(book / "chapters" / "01-a.qmd")
+    written = build.write_notebooks(book, [result], book / "out", commit="f" * 40)
+    notebook = nbformat.read(written[0], as_version=4)
+    assert [p.relative_to(book / "out").as_posix() for p in written] == ["chapters/01-a.ipynb"]
+    assert "The answer is 42." in [c.source for c in notebook.cells if c.cell_type == "markdown"]
+    assert all(not c.get("outputs") for c in notebook.cells if c.cell_type == "code")
 
 
 def test_cell_options_are_read_from_the_top_only():
@@ -77,22 +76,11 @@ def test_cell_options_are_read_from_the_top_only():
         "label": "fig-x", "fig-cap": "A cap"}
 
 
-def test_ci_runs_the_readme_test_command(root):
+def test_the_readme_has_two_commands_and_ci_runs_the_test_one(root):
     readme = (root / "README.md").read_text()
     ci = (root / ".ci" / "run").read_text()
-    command = "python -m pytest -n 2"
-    assert f"```bash\n{command}\n```" in readme
-    assert ci.rstrip().endswith(command)
-
-
-def test_preview_numbers_figures_and_links_references(book, tmp_path):
-    page = book / "chapters" / "01-a.qmd"
-    page.write_text(PAGE.replace("The answer is", "See @fig-demo and @sec-a-page [@kwon2023vllm]. The answer is")
-                    .replace('#| label: fig-demo', '#| label: fig-demo\n#| fig-cap: "A demo."'))
-    result = build.execute_page(page)
-    index = build.preview.write(book, [result], tmp_path / "html")
-    html = (tmp_path / "html" / "chapters" / "01-a.html").read_text()
-    assert '<a href="#fig-demo">Figure 1.1</a>' in html
-    assert '<a href="#sec-a-page">A page</a>' in html
-    assert "Figure 1.1: A demo." in html and "(kwon2023vllm)" in html
-    assert "chapters/01-a.html" in index.read_text()
+    assert re.findall(r"^```bash\n(.*)\n```$", readme, re.M)[:2] == ["make book", "make test"]
+    assert ci.rstrip().endswith("make test")
+    makefile = (root / "Makefile").read_text()
+    assert re.search(r"^book: .*\n\t.*-m tools\.build$", makefile, re.M)
+    assert re.search(r"^test: .*\n\t.*-m pytest -n 2$", makefile, re.M)

@@ -69,6 +69,13 @@ def captioned(text: str) -> list[Captioned]:
 
 
 UNNUMBERED = re.compile(r"^# .*\{[^}]*(?:\.unnumbered\b|(?<=[{\s])-(?=[\s}]))[^}]*\}\s*$", re.M)
+HEADING_ATTRS = re.compile(r"\{([^{}]*)\}\s*$")
+# The Open in Colab badge under a page's title: an image without a caption (so Quarto does not make it a
+# figure) whose fig-alt is the alt text, linking to the page's notebook; {accelerator="GPU"} asks for a GPU.
+COLAB_BADGE = re.compile(
+    r"^\[!\[\]\(https://colab\.research\.google\.com/assets/colab-badge\.svg\)\{fig-alt=\"(?P<alt>[^\"]+)\"\}\]"
+    r"\((?P<url>[^)\s]+)\)(?:\{(?P<attrs>[^}]*)\})?\s*$", re.M)
+ANY_BADGE = re.compile(r"^\[!\[[^\]]*\]\(https://colab\.research\.google\.com/assets/colab-badge\.svg\).*$", re.M)
 
 
 def is_numbered(markdown: str) -> bool:
@@ -76,13 +83,83 @@ def is_numbered(markdown: str) -> bool:
     return not UNNUMBERED.search(markdown)
 
 
-def chapter_numbers(sources: list[str]) -> list[int | None]:
-    """The chapter number Quarto gives each page of a book, from the pages' sources in book order."""
-    numbers, count = [], 0
-    for source in sources:
-        if is_numbered(source):
-            count += 1
-            numbers.append(count)
-        else:
-            numbers.append(None)
-    return numbers
+def heading_is_unnumbered(attributes: str) -> bool:
+    """Whether a heading's ``{...}`` attributes (without the braces) hold ``.unnumbered`` or ``-``."""
+    return bool(re.search(r"(?:^|\s)(?:\.unnumbered|-)(?=\s|$)", attributes))
+
+
+@dataclass(frozen=True)
+class BookPage:
+    """A page of the book as Quarto numbers it: ``"2"`` for the second chapter, ``"A"`` for the first
+    appendix, ``None`` for an unnumbered page (the preface, the references)."""
+
+    path: str               # relative to the book's root, e.g. "chapters/kv-cache.qmd"
+    number: str | None
+    appendix: bool = False
+
+    @property
+    def html(self) -> str:
+        """The page's address relative to the site's root."""
+        return self.path.rsplit(".", 1)[0] + ".html"
+
+
+def _listed(entries) -> list[str]:
+    """Files of a ``chapters:`` or ``appendices:`` list in order; a part's own file counts as a page too."""
+    found: list[str] = []
+    for entry in entries or []:
+        if isinstance(entry, str):
+            found.append(entry)
+        elif isinstance(entry, dict):
+            for key in ("file", "href"):
+                if isinstance(entry.get(key), str):
+                    found.append(entry[key])
+            if isinstance(entry.get("part"), str) and entry["part"].endswith((".qmd", ".md", ".ipynb")):
+                found.append(entry["part"])
+            found.extend(_listed(entry.get("chapters")))
+    return found
+
+
+def listed_pages(config: dict) -> tuple[list[str], list[str]]:
+    """The chapter files and the appendix files of a ``_quarto.yml`` book, each in book order."""
+    book = config.get("book", {})
+    return _listed(book.get("chapters")), _listed(book.get("appendices"))
+
+
+def outline(config: dict, sources: dict[str, str]) -> list[BookPage]:
+    """Every page of the book with the number Quarto gives it (one numbering for the preview and the notebooks).
+
+    Chapters are numbered 1, 2, ... in book order across parts; appendices are lettered A, B, ...; a page
+    whose ``#`` heading is ``{.unnumbered}`` gets no number and does not advance the count.  A part's own
+    page (``part: intro.qmd``) is not a chapter.
+    """
+    chapters, appendices = listed_pages(config)
+    part_pages = {e["part"] for e in config.get("book", {}).get("chapters") or []
+                  if isinstance(e, dict) and isinstance(e.get("part"), str) and e["part"] in chapters}
+    pages, count, letters = [], 0, 0
+    for path in chapters:
+        numbered = path not in part_pages and is_numbered(sources.get(path, ""))
+        count += numbered
+        pages.append(BookPage(path, str(count) if numbered else None))
+    for path in appendices:
+        numbered = is_numbered(sources.get(path, ""))
+        letters += numbered
+        pages.append(BookPage(path, chr(ord("A") + letters - 1) if numbered else None, appendix=True))
+    return pages
+
+
+@dataclass(frozen=True)
+class Badge:
+    """A page's Open in Colab badge: its alt text, the notebook it opens, whether it asks for a GPU."""
+
+    alt: str
+    url: str
+    gpu: bool
+
+
+def colab_badge(source: str) -> Badge | None:
+    """The page's Colab badge, or None where it has none written as :data:`COLAB_BADGE` says."""
+    match = COLAB_BADGE.search(source)
+    if not match:
+        return None
+    gpu = bool(re.search(r'\baccelerator="GPU"', match.group("attrs") or ""))
+    return Badge(match.group("alt"), match.group("url"), gpu)
