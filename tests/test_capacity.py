@@ -175,3 +175,11 @@ def test_the_planners_menus_show_display_names():
 def test_bad_input_is_named(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+def test_capacity_figures_name_models_and_gpus_by_display_name():
+    from servebook.book.figures import capacity as figures
+
+    assert figures.users_that_fit().axes[0].get_title().startswith("Llama-2-13B on A100 80GB SXM (80 GiB)")
+    titles = [ax.get_title(loc="left") for ax in figures.lever_gains().axes]
+    assert "(Llama-2-13B on A100 80GB SXM)" in titles[0] and "(Llama-3-70B on H200 SXM)" in titles[1]

@@ -329,6 +329,7 @@ def test_kv_growth_marks_where_batch_16_fills_40_gib():
     assert len(markers) == 1  # only batch 16 crosses the budget before 4,096 tokens
     assert markers[0].get_xdata()[0] == 3276 == memory.max_batch(40 * GiB, 16 * 800 * KiB)
     assert any("S = 3,276" in t.get_text() for t in ax.texts)
+    assert ax.get_title().startswith("Llama-2-13B, FP16")  # a display name, never the registry id
 
 
 def test_kv_batch_limit_bars_are_the_c2_totals():
