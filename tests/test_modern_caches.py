@@ -50,3 +50,83 @@ def test_a_budget_below_one_token_holds_no_request():
 def test_longest_seq_len_rejects_bad_input(kwargs, error, match):
     with pytest.raises(error, match=match):
         memory.longest_seq_len(**(dict(model="llama-2-13b", budget=GiB) | kwargs))
+
+
+# ---------------------------------------------------------------- the chapter's scenarios
+
+
+def test_the_issues_numbers_through_the_scenarios():
+    # DeepSeek-V3: (512 + 64) x 61 layers x 2 bytes; the same heads with MHA would store K and V per head.
+    v3 = models.get("deepseek-v3")
+    assert memory.kv_bytes_per_token(v3) == 70_272 == (512 + 64) * 61 * 2
+    assert memory.kv_bytes_per_token(scenarios.as_mha(v3)) == 128 * (192 + 128) * 61 * 2
+    # Gemma-2-9B at 8,192 tokens: 21 sliding + 21 global layers, against every layer counted in full.
+    case = scenarios.WINDOW_CASE
+    assert (case.total / GiB, case.if_all_global / GiB) == (1.96875, 2.625)
+    assert case.by_kind == {"global": 2 * case.by_kind["sliding"], "sliding": 4096 * 21 * 8 * 256 * 2 * 2}
+
+
+def test_the_vllm_reservation_of_a_sliding_layer_is_its_window_plus_the_in_flight_tokens():
+    case = scenarios.VLLM_RESERVATION  # Gemma-3-27B, 131,072 tokens, blocks of 16, 8,192 batched tokens
+    assert case.kinds == ("global", "sliding") and case.page == 16 * 16 * 128 * 2 * 2
+    assert case.blocks("global") == 131_072 // 16 == case.held_blocks("global")
+    assert case.blocks("sliding") == -(-(1024 - 1 + 8192) // 16) + 1 == 577
+    assert case.held_blocks("sliding") == 1024 // 16
+    assert case.reserved == case.page * (10 * 8192 + 52 * 577) > case.counted
+
+
+def test_a_mixture_of_experts_changes_the_weights_not_the_cache():
+    case = scenarios.MOE_CASE
+    assert memory.kv_bytes_per_token(case.model) == memory.kv_bytes_per_token(case.dense_twin)
+    assert case.weights() == 2 * 46_702_792_704 and case.weights(active=True) == 2 * 12_879_925_248
+    assert case.experts_read(1) == 2 and case.experts_read(64) == pytest.approx(8, abs=1e-6)
+    reads = [case.weight_bytes_read(b) for b in case.decode_batches]
+    assert reads == sorted(reads) and reads[-1] <= case.weights()
+
+
+def test_the_capacity_comparison_reads_chapter_07s_plan():
+    case = scenarios.CONTEXT_CAPACITY
+    users = {(m, s): case.users(m, s) for m in case.models for s in case.contexts}
+    assert users["llama-3.1-8b", 131_072] == 7 and users["gemma-3-27b", 131_072] == 8
+    assert users["gemma-3-27b", 8192] < users["llama-3.1-8b", 8192]  # the order turns at 128k
+    with pytest.raises(ValueError, match="beyond the window"):
+        scenarios.ContextCapacity(models=("llama-2-7b",))
+
+
+# ---------------------------------------------------------------- the figures show the computed numbers
+
+
+def test_kv_by_layer_kind_stacks_every_registry_model():
+    ax = modern_figures.kv_by_layer_kind().axes[0]
+    labels = [t.get_text().removesuffix(" †") for t in ax.get_yticklabels()]
+    assert sorted(labels) == sorted(models.display_name(n) for n in models.names())
+    widths = {}
+    for bar in ax.patches:
+        row = labels[round(bar.get_y() + bar.get_height() / 2)]
+        widths.setdefault(row, {})[to_hex(bar.get_facecolor())] = bar.get_width()
+    gemma = widths["Gemma-2-9B"]
+    assert gemma[_style.KV] == 168 and gemma[modern_figures.KIND_COLOURS["sliding"]] == 84  # KiB per token at 8k
+    assert widths["Llama-4-Scout"][modern_figures.KIND_COLOURS["chunked"]] == 144
+    assert "OPT-13B †" in [t.get_text() for t in ax.get_yticklabels()]  # context 2,048 < 8,192
+
+
+def test_total_vs_active_shows_the_registry_counts():
+    ax = modern_figures.total_vs_active().axes[0]
+    totals = [b.get_width() for b in ax.patches if to_hex(b.get_facecolor()) == _style.WEIGHTS]
+    assert totals[0] == models.get("deepseek-v3").n_params / 1e9
+    assert any(t.get_text() == "12.9 B, 28% active" for t in ax.texts)
+
+
+def test_capacity_by_context_bars_are_the_plans():
+    case = scenarios.CONTEXT_CAPACITY
+    fig = modern_figures.capacity_by_context()
+    for ax, seq_len in zip(fig.axes, case.contexts, strict=True):
+        assert sorted(b.get_width() for b in ax.patches) == sorted(case.users(m, seq_len) for m in case.models)
+    assert "H200 SXM" in fig.get_suptitle()
+
+
+def test_kv_vs_context_stops_each_line_at_the_models_window():
+    ax = modern_figures.kv_vs_context().axes[0]
+    mistral = [line for line in ax.lines if line.get_label().startswith("Mistral-7B")][0]
+    assert mistral.get_xdata()[-1] == models.get("mistral-7b").max_seq_len
+    assert max(mistral.get_ydata()) == memory.kv_cache_bytes("mistral-7b", 4096) / GiB
