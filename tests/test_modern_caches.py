@@ -1,5 +1,9 @@
 """The modern-caches chapter: the longest request a budget holds, its scenarios, and what its figures show."""
 
+import re
+from dataclasses import replace
+from pathlib import Path
+
 import pytest
 from matplotlib.colors import to_hex
 
@@ -130,3 +134,35 @@ def test_kv_vs_context_stops_each_line_at_the_models_window():
     mistral = [line for line in ax.lines if line.get_label().startswith("Mistral-7B")][0]
     assert mistral.get_xdata()[-1] == models.get("mistral-7b").max_seq_len
     assert max(mistral.get_ydata()) == memory.kv_cache_bytes("mistral-7b", 4096) / GiB
+
+
+# ---------------------------------------------------------------- the exercise page
+
+
+EXERCISES = Path(__file__).resolve().parents[1] / "exercises" / "modern-caches.qmd"
+
+
+def test_every_exercise_has_a_collapsed_solution_computed_by_code():
+    sections = re.split(r"^## Exercise \d+", EXERCISES.read_text(encoding="utf-8"), flags=re.M)[1:]
+    assert len(sections) == 5
+    for section in sections:
+        solution = section.split('::: {.callout-note collapse="true"}\n## Solution', 1)
+        assert len(solution) == 2, "each exercise folds its solution"
+        assert "```{python}" in solution[1].split("\n:::\n", 1)[0], "a solution's numbers come from code"
+
+
+def test_the_exercise_answers():
+    lite = models.get("deepseek-v2-lite")
+    assert memory.kv_bytes_per_token(lite) == 31_104
+    assert memory.kv_bytes_per_token(scenarios.as_mha(lite)) == 276_480
+    assert memory.kv_cache_bytes("gemma-3-27b", 32768) == 2.90625 * GiB
+    assert memory.kv_cache_bytes(scenarios.all_global("gemma-3-27b"), 32768) == 15.5 * GiB
+    scout = models.get("llama-4-scout")
+    assert memory.kv_bytes_by_layer_kind(scout, scout.max_seq_len)["chunked"] == 1.125 * GiB
+    assert memory.kv_cache_bytes(scout, scout.max_seq_len) == 481.125 * GiB
+    base = replace(scenarios.VLLM_RESERVATION, model="mistral-7b", max_model_len=32768, max_num_batched_tokens=2048)
+    busy = replace(base, max_num_batched_tokens=8192, concurrent_batches=2)
+    assert (base.blocks("sliding"), busy.blocks("sliding"), base.held_blocks("sliding")) == (385, 1281, 256)
+    users = [scenarios.CapacityCase(m, "h100-sxm", 4 * GiB, 32768).users(w)
+             for m in ("qwen3-30b-a3b", "qwen3-8b") for w in ("fp16", "int8")]
+    assert users == [6, 15, 13, 15]
