@@ -136,6 +136,27 @@ def test_the_widget_builds():
     assert "16 requests" in planner.children[-1].value
 
 
+def test_capacity_text_names_models_and_gpus_by_display_name_and_says_what_moe_holds():
+    text = widget.capacity_text("mixtral-8x7b", "h200")
+    assert text.startswith("GPU          H200 SXM (141GB HBM3e on the datasheet)")
+    assert "weights      Mixtral-8x7B, 46,702,792,704 parameters in fp16: 86.991 GiB" in text
+    assert "all 8 experts are held; 12,879,925,248 parameters are active per token" in text
+    assert "experts" not in widget.capacity_text()
+
+
+def test_capacity_text_counts_a_window_only_for_its_layers():
+    text = widget.capacity_text("gemma-3-27b", "h200", seq_len=131_072)
+    assert "10.406 GiB (52 of 62 layers sliding, at most 1,024 tokens each)" in text
+    assert "-> 8 requests of 10.406 GiB" in text
+
+
+def test_the_planners_menus_show_display_names():
+    boxes = widget.capacity_planner().children[0].children[0].children
+    model_box, gpu_box = boxes[0], boxes[1]
+    assert dict(model_box.options)["Llama-2-13B"] == "llama-2-13b"
+    assert dict(gpu_box.options)["A100 80GB SXM"] == "a100-80gb-sxm" and gpu_box.value == "a100-80gb-sxm"
+
+
 # --- bad input ----------------------------------------------------------------------------------------
 
 
@@ -154,3 +175,11 @@ def test_the_widget_builds():
 def test_bad_input_is_named(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+def test_capacity_figures_name_models_and_gpus_by_display_name():
+    from servebook.book.figures import capacity as figures
+
+    assert figures.users_that_fit().axes[0].get_title().startswith("Llama-2-13B on A100 80GB SXM (80 GiB)")
+    titles = [ax.get_title(loc="left") for ax in figures.lever_gains().axes]
+    assert "(Llama-2-13B on A100 80GB SXM)" in titles[0] and "(Llama-3-70B on H200 SXM)" in titles[1]

@@ -152,7 +152,7 @@ def test_exercise_answers_beyond_the_seeds():
 def test_calculator_rows_for_worked_example_2():
     lines = dict(kv_widget.kv_calculator_rows("llama-2-13b", seq_len=4096, batch=8, dtype="fp16", budget=40,
                                               budget_unit="GiB"))
-    assert lines["model"] == "llama-2-13b: MHA, L = 40 layers, kv_dim = 40 KV heads × 128 = 5,120"
+    assert lines["model"] == "Llama-2-13B: MHA, L = 40 layers, kv_dim = 40 KV heads × 128 = 5,120"
     assert lines["per token"] == "819,200 bytes = 800 KiB = 819.2 KB"
     assert lines["per request"] == "S = 4,096: 3,355,443,200 bytes = 3.125 GiB = 3.355 GB"
     assert lines["batch"] == "B = 8: 26,843,545,600 bytes = 25 GiB = 26.844 GB"
@@ -183,7 +183,7 @@ def test_calculator_budget_unit_changes_the_answer():
 def test_calculator_reports_a_batch_that_does_not_fit_and_a_context_beyond_the_window():
     text = kv_widget.kv_calculator_text("llama-2-13b", seq_len=8192, batch=13)
     assert "B = 13 does NOT fit" in text
-    assert "beyond llama-2-13b's context window (4,096 tokens)" in text
+    assert "beyond Llama-2-13B's context window (4,096 tokens)" in text
 
 
 @pytest.mark.parametrize("budget, unit, expected", [
@@ -238,6 +238,87 @@ def test_widget_rejects_an_unknown_model():
         kv_widget.kv_calculator(model="gpt-5")
 
 
+# ---------------------------------------------------------------- the calculator's fields for modern shapes
+
+
+@pytest.mark.parametrize("name", models.names())
+def test_every_registry_model_typed_into_the_boxes_gives_its_own_cache(name):
+    spec = models.get(name)
+    typed = kv_widget.model_from_fields(**kv_widget.shape_fields(spec))
+    for seq_len in (1, 4096, 131_072):
+        assert memory.kv_cache_bytes(typed, seq_len) == memory.kv_cache_bytes(spec, seq_len)
+    assert typed.attention == spec.attention and typed.layers_of("global") == spec.layers_of("global")
+
+
+def test_calculator_shows_the_layer_pattern_and_where_the_per_token_cost_stops():
+    lines = dict(kv_widget.kv_calculator_rows("gemma-2-9b", seq_len=8192, batch=4))
+    assert lines["layers"] == "21 global + 21 sliding (W = 4,096): a sliding layer holds at most 4,096 tokens of a request"
+    assert lines["per token"].endswith("while S <= 4,096; past it only the 21 global layers grow")
+    assert lines["per request"] == "S = 8,192: 2,113,929,216 bytes = 1.969 GiB = 2.114 GB"  # not 2.625 GiB
+    assert lines["longest S"] == "58,319 tokens per request for B = 4 within the budget"
+    mistral = dict(kv_widget.kv_calculator_rows("mistral-7b", seq_len=32_768, batch=4))
+    assert mistral["longest S"].startswith("any: every layer is sliding, so a request's cache stops growing at 4,096")
+    assert mistral["per token"].endswith("past it the cache stops growing")
+    assert "layers" not in dict(kv_widget.kv_calculator_rows("llama-2-13b", seq_len=4096))
+
+
+def test_calculator_shows_mla_as_one_latent_stored_once():
+    lines = dict(kv_widget.kv_calculator_rows("deepseek-v3", seq_len=1))
+    assert lines["model"] == ("DeepSeek-V3: MLA, L = 61 layers, latent 512 + rope key 64 = 576 elements per layer, "
+                              "stored once")
+    assert lines["per token"] == "70,272 bytes = 68.625 KiB = 70.272 KB"  # (512 + 64) * 61 * 2, no factor 2
+
+
+def test_custom_model_with_a_window_latent_or_chunks():
+    gemma = kv_widget.custom_model(42, 3584, 16, 8, 256, window=4096, local_layers=21)
+    assert memory.kv_cache_bytes(gemma, 8192) == memory.kv_cache_bytes("gemma-2-9b", 8192)
+    every = kv_widget.custom_model(32, 4096, 32, 8, window=4096)  # local_layers defaults to all
+    assert every.layers_of("sliding") == 32
+    chunked = kv_widget.custom_model(4, 512, 8, 2, window=1024, local_layers=3, local_kind="chunked")
+    assert (chunked.layers_of("chunked"), chunked.attention_chunk, chunked.sliding_window) == (3, 1024, None)
+    mla = kv_widget.custom_model(61, 7168, 128, head_dim=192, kv_rank=512, rope_dim=64)
+    assert memory.kv_bytes_per_token(mla) == memory.kv_bytes_per_token("deepseek-v3") == 70_272
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(kv_rank=512), "kv_rank .* and rope_dim"),
+    (dict(rope_dim=64), "kv_rank .* and rope_dim"),
+    (dict(kv_rank=512, rope_dim=129), "rope_dim must be"),
+    (dict(local_layers=2), "local_layers .* needs a window"),
+    (dict(window=4096, local_layers=5), "local_layers must be"),
+    (dict(window=0), "sliding_window must be"),
+    (dict(window=4096, local_kind="global"), "local_kind must be one of"),
+])
+def test_custom_model_rejects_a_shape_it_cannot_be(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        kv_widget.custom_model(4, 512, 4, **kwargs)
+
+
+def test_zero_in_a_box_means_none():
+    fields = kv_widget.shape_fields(models.get("llama-3-8b"))
+    assert {k: fields[k] for k in ("window", "local_layers", "kv_rank", "rope_dim")} == dict.fromkeys(
+        ("window", "local_layers", "kv_rank", "rope_dim"), 0)
+    spec = kv_widget.model_from_fields(**fields | {"window": 2048})  # 0 local layers with a window: all
+    assert spec.layers_of("sliding") == 32 and spec.sliding_window == 2048
+
+
+def test_widget_fills_the_new_boxes_and_computes_a_typed_window():
+    pytest.importorskip("ipywidgets")
+    widget = kv_widget.kv_calculator()
+    (left, _), out = widget.children[0].children, widget.children[1]
+    model_box, *boxes = left.children
+    shape = dict(zip([*kv_widget._SHAPE_BOXES, "local_kind"], boxes, strict=True))
+    assert dict(model_box.options)["Gemma-2-9B"] == "gemma-2-9b"  # display names, registry ids as values
+    model_box.value = "gemma-2-9b"
+    assert (shape["window"].value, shape["local_layers"].value, shape["head_dim"].value) == (4096, 21, 256)
+    assert "21 global + 21 sliding" in out.value
+    model_box.value = "custom"
+    shape["local_layers"].value = 42
+    assert "0 global + 42 sliding" in out.value
+    shape["kv_rank"].value = 512  # without a rope key: refused, with the reason
+    assert "cannot compute: kv_rank (512) and rope_dim (None)" in out.value
+
+
 # ---------------------------------------------------------------- the figures show the computed numbers
 
 
@@ -248,6 +329,7 @@ def test_kv_growth_marks_where_batch_16_fills_40_gib():
     assert len(markers) == 1  # only batch 16 crosses the budget before 4,096 tokens
     assert markers[0].get_xdata()[0] == 3276 == memory.max_batch(40 * GiB, 16 * 800 * KiB)
     assert any("S = 3,276" in t.get_text() for t in ax.texts)
+    assert ax.get_title().startswith("Llama-2-13B, FP16")  # a display name, never the registry id
 
 
 def test_kv_batch_limit_bars_are_the_c2_totals():
@@ -264,7 +346,7 @@ def test_kv_per_token_bars_are_the_registry_values():
     widths = [b.get_width() for b in ax.patches]
     assert widths == [memory.kv_bytes_per_token(name) / KiB for name in labels]
     assert widths == sorted(widths)
-    assert labels[0] == "falcon-7b" and labels[-1] == "llama-2-13b"
+    assert labels[0] == "Falcon-7B" and labels[-1] == "Llama-2-13B"  # display names, never registry ids
 
 
 def test_kv_gib_vs_gb_shows_the_gaps_and_twelve_against_eleven():

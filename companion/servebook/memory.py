@@ -34,7 +34,7 @@ from fractions import Fraction
 
 from . import models
 from .checks import byte_count, choice, flag, whole
-from .models import CHUNKED, LAYER_KINDS, SLIDING, ModelSpec
+from .models import CHUNKED, GLOBAL, LAYER_KINDS, SLIDING, ModelSpec
 from .units import UNITS, bytes_per_element, ceil_div
 
 K_AND_V = 2  # one key vector and one value vector per token per layer (not for MLA's latent)
@@ -104,6 +104,39 @@ def kv_bytes_by_layer_kind(model: ModelSpec | str, seq_len: int, dtype: str = "f
     seq_len = whole("seq_len", seq_len)
     return {kind: _ceil_bytes(_kind_elements(spec, kind, seq_len) * bytes_per_element(dtype))
             for kind in LAYER_KINDS if spec.layers_of(kind)}
+
+
+def longest_seq_len(model: ModelSpec | str, budget: int, batch: int = 1, dtype: str = "fp16") -> int | None:
+    """The longest S such that ``batch`` requests of S tokens fit ``budget`` bytes of KV cache (0 if none does).
+
+    For a model whose layers are all global this is budget / (B * bytes per
+    token), floored.  Past its window a sliding (or chunked) layer stops
+    growing, so only the global layers set how long a request can be; a model
+    with no global layer at all has a cache that stops growing, and if that
+    cap fits every S does: the answer is then ``None`` (no limit from memory).
+    """
+    spec = models.resolve(model)
+    budget = byte_count("budget", budget)
+    batch = whole("batch", batch)
+
+    def fits(seq_len: int) -> bool:
+        return kv_cache_bytes(spec, seq_len, batch, dtype) <= budget
+
+    if not fits(1):
+        return 0
+    if spec.layers_of(GLOBAL):
+        too_long = 2
+        while fits(too_long):  # a global layer grows with every token, so this ends
+            too_long *= 2
+    else:
+        too_long = max(tokens for tokens in (spec.sliding_window, spec.attention_chunk) if tokens) + 1
+        if fits(too_long):
+            return None
+    longest = 1  # fits; too_long does not: bisect between them
+    while too_long - longest > 1:
+        middle = (longest + too_long) // 2
+        longest, too_long = (middle, too_long) if fits(middle) else (longest, middle)
+    return longest
 
 
 # ---------------------------------------------------------------------------

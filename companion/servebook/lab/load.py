@@ -10,7 +10,7 @@ from typing import Any
 from .. import memory, models
 from ..checks import byte_count, choice, whole
 from ..hub import reachable as hub_reachable
-from ..models import ModelSpec
+from ..models import CHUNKED, MLA, SLIDING, ModelSpec, MoE
 from ..units import GiB
 from .device import Device, MeasurementSkipped, cuda_allocated, cuda_growth, require_torch
 
@@ -84,10 +84,36 @@ def _ensure_dtype(module, dtype: str):
     return module
 
 
+def _not_a_llama(spec: ModelSpec) -> list[str]:
+    """What of ``spec`` a transformers ``LlamaConfig`` cannot express (empty for a Llama-style shape)."""
+    found = {
+        "sliding-window or chunked layers": spec.local_kind is not None,
+        "multi-head latent attention": spec.mla is not None,
+        "a mixture of experts": spec.moe is not None,
+        "keys and values of different widths": spec.v_head_dim != spec.head_dim,
+        "an MLP without a gate": not spec.gated_mlp,
+        "biases on q, k and v without one on the output, or the reverse": spec.biases.qkv != spec.biases.o,
+        "LayerNorm": spec.norms.kind != "rms",
+        "a norm count other than two per layer and a final one": (spec.norms.per_layer, spec.norms.final) != (2, True),
+        "query and key norms": spec.norms.qk,
+        "a learned position table": spec.learned_positions > 0,
+    }
+    return [what for what, present in found.items() if present]
+
+
 def llama_config(spec: ModelSpec):
-    """A transformers ``LlamaConfig`` with the shape of ``spec`` (a Llama-style decoder)."""
+    """A transformers ``LlamaConfig`` with the shape of ``spec`` (a Llama-style decoder).
+
+    A shape a Llama cannot have (a window, MLA, experts, ...) is refused with
+    what it has, never built as a Llama that would be measured against the
+    wrong formula.
+    """
     from transformers import LlamaConfig
 
+    unlike = _not_a_llama(spec)
+    if unlike:
+        raise ValueError(f"{spec.name}: a random-weight model is built as a transformers Llama, which cannot have "
+                         f"{'; '.join(unlike)}: load this model from the Hub instead")
     if spec.vocab_size is None or spec.intermediate_size is None:
         raise ValueError(f"{spec.name}: a random-weight model needs vocab_size and intermediate_size "
                          "(a Llama-style spec)")
@@ -95,28 +121,55 @@ def llama_config(spec: ModelSpec):
                        intermediate_size=spec.intermediate_size, num_hidden_layers=spec.n_layers,
                        num_attention_heads=spec.n_heads, num_key_value_heads=spec.n_kv_heads,
                        head_dim=spec.head_dim, max_position_embeddings=spec.max_seq_len or 4096,
-                       tie_word_embeddings=spec.tied_embeddings)
+                       tie_word_embeddings=spec.tied_embeddings, attention_bias=spec.biases.qkv,
+                       mlp_bias=spec.biases.mlp)
+
+
+def _reduced_moe(moe: MoE | None, factor: int, n_layers: int) -> MoE | None:
+    """The experts with their width divided: as many experts, the same top-k, dense layers that still exist."""
+    if moe is None:
+        return None
+    return replace(moe, expert_size=max(1, moe.expert_size // factor),
+                   shared_size=max(1, moe.shared_size // factor) if moe.n_shared else 0,
+                   dense_layers=tuple(i for i in moe.dense_layers if i < n_layers))
+
+
+def _reduced_mla(mla: MLA | None, factor: int) -> MLA | None:
+    """The latent ranks divided; the rope and nope widths kept, as head_dim is."""
+    if mla is None:
+        return None
+    return replace(mla, kv_rank=max(1, mla.kv_rank // factor),
+                   q_rank=None if mla.q_rank is None else max(1, mla.q_rank // factor))
 
 
 def reduced_spec(spec: ModelSpec | str, factor: int = 8) -> ModelSpec:
-    """``spec`` with depth, width, MLP and vocabulary divided by ``factor``, keeping head_dim and the GQA ratio.
+    """``spec`` with depth, width, MLP and vocabulary divided by ``factor``, keeping what each layer is.
 
-    The memory and time formulas hold at any size, so a CPU checks them on a
-    shape that runs in seconds; a GPU runs the real size.
+    Kept: head_dim (and MLA's rope and nope widths), the GQA ratio, the layer
+    pattern (the first layers of it, so an alternation stays one), the window
+    or chunk in tokens, the norms, biases and tied embeddings; a mixture of
+    experts keeps its experts and top-k, each expert narrower.  The memory and
+    time formulas hold at any size, so a CPU checks them on a shape that runs
+    in seconds; a GPU runs the real size.
     """
     spec = models.resolve(spec)
     factor = whole("factor", factor, 1)
     if factor == 1:
         return spec
-    if spec.vocab_size is None or spec.intermediate_size is None:
-        raise ValueError(f"{spec.name}: reducing needs vocab_size and intermediate_size (a Llama-style spec)")
+    if spec.vocab_size is None or (spec.dense_mlp_layers and spec.intermediate_size is None):
+        raise ValueError(f"{spec.name}: reducing needs vocab_size and (for dense MLP layers) intermediate_size")
+    n_layers = max(1, spec.n_layers // factor)
+    kinds = spec.layer_types[:n_layers]
     n_kv_heads = max(1, spec.n_kv_heads // factor)
     n_heads = n_kv_heads * spec.group_size  # each key/value head keeps its group of query heads
-    reduced = ModelSpec(
-        name=f"{spec.name}/{factor}", n_layers=max(1, spec.n_layers // factor), d_model=n_heads * spec.head_dim,
-        n_heads=n_heads, n_kv_heads=n_kv_heads, head_dim=spec.head_dim, vocab_size=max(256, spec.vocab_size // factor),
-        intermediate_size=max(1, spec.intermediate_size // factor), max_seq_len=spec.max_seq_len,
-        tied_embeddings=spec.tied_embeddings, source=f"{spec.name} divided by {factor}",
+    reduced = replace(
+        spec, name=f"{spec.name}/{factor}", n_layers=n_layers, d_model=n_heads * spec.head_dim, n_heads=n_heads,
+        n_kv_heads=n_kv_heads, vocab_size=max(256, spec.vocab_size // factor), n_params=None,
+        intermediate_size=None if spec.intermediate_size is None else max(1, spec.intermediate_size // factor),
+        layer_types=kinds, sliding_window=spec.sliding_window if SLIDING in kinds else None,
+        attention_chunk=spec.attention_chunk if CHUNKED in kinds else None,
+        moe=_reduced_moe(spec.moe, factor, n_layers), mla=_reduced_mla(spec.mla, factor),
+        source=f"{spec.name} divided by {factor}", display_name="",
         notes=f"{spec.name}'s shape with depth, width, MLP and vocabulary divided by {factor}; head_dim kept",
     )
     return replace(reduced, n_params=reduced.count_params())
@@ -178,7 +231,7 @@ def _with_parameter_count(spec: ModelSpec, name: str) -> tuple[ModelSpec, str]:
         return replace(spec, n_params=known.n_params), f"n_params from servebook's registry ({known.name})"
     try:
         return (replace(spec, n_params=spec.count_params()),
-                "n_params from ModelSpec.count_params() (Llama-style; biases not counted)")
+                "n_params from ModelSpec.count_params() (every tensor the config describes, biases and norms included)")
     except ValueError:
         return spec, "n_params unknown"
 
@@ -187,23 +240,33 @@ def load_hub(name: str, device: Device, dtype: str = "fp16", online: bool | None
     """A pretrained causal LM from the Hugging Face Hub (or the local cache when offline).
 
     Raises :class:`ModelUnavailable` with the reason (offline and not cached,
-    unknown name, gated model) instead of a deep traceback, quickly: without
-    internet it does not wait for retries.
+    unknown name, gated model, or a config that servebook cannot model, found
+    from the config before any weight is downloaded) instead of a deep
+    traceback, quickly: without internet it does not wait for retries.
     """
     if not isinstance(name, str) or not name.strip():
         raise TypeError(f"name must be a Hub model id such as {DEFAULT_HUB_MODEL!r}, got {name!r}")
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     online = hub_reachable() if online is None else online
+    where = "the Hub" if online else "the local cache (no internet: the Hub is not reachable)"
     started, before = time.perf_counter(), cuda_allocated(device)
+    try:
+        config = AutoConfig.from_pretrained(name, local_files_only=not online)
+    except (OSError, ValueError, KeyError) as error:
+        raise ModelUnavailable(f"cannot load {name!r} from {where}: {str(error).splitlines()[0]}") from error
+    try:
+        shape = ModelSpec.from_hf_config(config, name=name)
+    except ValueError as error:
+        raise ModelUnavailable(f"servebook cannot model {name!r}, so there is no prediction to measure it "
+                               f"against: {str(error).splitlines()[0]}") from error
     try:
         tokenizer = AutoTokenizer.from_pretrained(name, local_files_only=not online)
         module = AutoModelForCausalLM.from_pretrained(name, local_files_only=not online, **_dtype_argument(dtype))
     except (OSError, ValueError, KeyError) as error:
-        where = "the Hub" if online else "the local cache (no internet: the Hub is not reachable)"
         raise ModelUnavailable(f"cannot load {name!r} from {where}: {str(error).splitlines()[0]}") from error
     _ensure_dtype(module.to(device.torch_device), dtype).eval()
-    spec, basis_note = _with_parameter_count(ModelSpec.from_hf_config(module.config.to_dict(), name=name), name)
+    spec, basis_note = _with_parameter_count(shape, name)
     predicted, basis = _weight_prediction(spec, dtype)
     return LabModel(name=name, source="hub", variant=dtype, dtype=dtype, spec=spec, module=module,
                     predicted_weight_bytes=predicted, weight_basis=f"{basis}; {basis_note}", tokenizer=tokenizer,

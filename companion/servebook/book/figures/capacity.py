@@ -8,7 +8,7 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
-from ... import gpus
+from ... import gpus, models
 from ...units import GB, GiB
 from .. import scenarios as scenarios_
 from . import _style
@@ -71,7 +71,8 @@ def users_that_fit(case: scenarios_.CapacityCase = scenarios_.CAPACITY) -> Figur
         ax.set_yticks(ticks, [str(t) for t in ticks])
         ax.set_xlabel("sequence length S per user (tokens)")
         ax.set_ylabel("users that fit (floor)")
-        ax.set_title(f"{spec.name} on {device.name} ({device.memory / GiB:g} GiB), {case.overhead / GiB:g} GiB "
+        ax.set_title(f"{spec.display_name} on {device.display_name} ({device.memory / GiB:g} GiB), "
+                     f"{case.overhead / GiB:g} GiB "
                      f"overhead, {case.kv_dtype.upper()} KV")
         ax.set_xlim(seq[0], case.seq_len * 1.06)
         ax.legend(loc="upper right")
@@ -96,7 +97,8 @@ def lever_gains(scenarios: tuple[str, ...] = ("A", "B")) -> Figure:
                             xytext=(4, 0), textcoords="offset points", va="center", fontsize=9)
             ax.axvline(1, color=_style.MUTED, linewidth=1)
             ax.set_yticks(range(len(results)), [r.lever for r in results])
-            ax.set_title(f"{scenario.name} ({scenario.model} on {scenario.gpu}), goal: {goal}", loc="left",
+            ax.set_title(f"{scenario.name} ({models.display_name(scenario.model)} on "
+                         f"{gpus.display_name(scenario.gpu)}), goal: {goal}", loc="left",
                          fontsize=10)
             ax.grid(axis="y", visible=False)
         axes[-1].set_xlabel("gain on the goal metric, × the baseline server (roofline bounds)")

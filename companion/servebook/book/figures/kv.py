@@ -40,7 +40,7 @@ def kv_growth(case: scenarios.KVBudget = scenarios.KV_BUDGET) -> Figure:
                     textcoords="offset points", color=_style.WASTE)
         ax.set_xlabel("sequence length S (tokens per request)")
         ax.set_ylabel("KV cache (GiB)")
-        ax.set_title(f"{case.spec.name}, FP16: KV bytes grow linearly in S and in B")
+        ax.set_title(f"{case.spec.display_name}, FP16: KV bytes grow linearly in S and in B")
         ax.set_xlim(0, max_seq_len)
         ax.set_ylim(0, budget_gib * 1.3)
         ax.set_xticks(np.arange(0, max_seq_len + 1, 1024))
@@ -70,7 +70,7 @@ def kv_batch_limit(case: scenarios.KVBudget = scenarios.KV_BUDGET, max_requests:
         ax.set_xticks(batches)
         ax.set_xlabel(f"batch B (requests of S = {case.seq_len:,} tokens)")
         ax.set_ylabel("KV cache (GiB)")
-        ax.set_title(f"{case.spec.name}, FP16: {per_request / GiB:g} GiB per request, "
+        ax.set_title(f"{case.spec.display_name}, FP16: {per_request / GiB:g} GiB per request, "
                      f"so {fits} fit in {budget_gib} GiB")
         ax.set_ylim(0, max(totals.max(), budget_gib) * 1.3)
         ax.grid(axis="x", visible=False)
@@ -88,7 +88,7 @@ def kv_per_token(names: tuple[str, ...] = REAL_MODELS, dtype: str = "fp16") -> F
         for row, (spec, kib) in enumerate(zip(specs, per_token, strict=True)):
             ax.annotate(f"{kib:g} KiB   {spec.attention}: {spec.n_kv_heads} of {spec.n_heads} heads × {spec.head_dim}",
                         (kib, row), xytext=(4, 0), textcoords="offset points", va="center", fontsize=9)
-        ax.set_yticks(y, [s.name for s in specs])
+        ax.set_yticks(y, [s.display_name for s in specs])
         ax.set_xlabel(f"KV cache per token, all layers, {dtype.upper()} (KiB)")
         ax.set_xlim(0, max(per_token) * 1.75)
         ax.set_title("KV bytes per token follow the KV heads, not the parameter count")

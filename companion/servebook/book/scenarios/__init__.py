@@ -14,6 +14,8 @@ from .choosing_the_lever import LEVER_SCENARIOS, Scenario
 from .continuous_batching import BATCHING_SERVER, BatchingServer, batching_runs, batching_trace
 from .gptq_awq import OUTLIER_KINDS, planted_outliers, relative_error
 from .kv_cache import KV_7B_CLASS, KV_BUDGET, KV_TOY, KVBudget
+from .modern_caches import (COMPARE_CONTEXT, CONTEXT_CAPACITY, MOE_CASE, VLLM_RESERVATION, WINDOW_CASE, ContextCapacity,
+                            MoECase, VllmReservation, WindowCase, all_global, as_mha, kv_per_token_by_kind)
 from .paged_attention import BLOCK_SIZE_MIX, PAGED_REQUEST, LengthMix, PagedRequest, chat_sessions, paging_walkthrough
 from .prefill_decode import MEMORY_BUCKETS, PREFILL_DECODE, MemoryBuckets, RooflineCase
 from .quantization_basics import BINARY_TIE, ERROR_SAMPLES, SEED_OUTLIER, SEED_RANGE, SEED_WEIGHT, UNIT_RANGE
@@ -25,7 +27,10 @@ __all__ = [
     "BatchingServer",
     "C9_SEED_WEIGHTS",
     "CAPACITY",
+    "COMPARE_CONTEXT",
+    "CONTEXT_CAPACITY",
     "CapacityCase",
+    "ContextCapacity",
     "ERROR_SAMPLES",
     "KVBudget",
     "KV_7B_CLASS",
@@ -34,7 +39,9 @@ __all__ = [
     "LEVER_SCENARIOS",
     "LengthMix",
     "MEMORY_BUCKETS",
+    "MOE_CASE",
     "MemoryBuckets",
+    "MoECase",
     "OUTLIER_KINDS",
     "PAGED_REQUEST",
     "PREFILL_DECODE",
@@ -47,9 +54,16 @@ __all__ = [
     "Scenario",
     "SeedBudget",
     "UNIT_RANGE",
+    "VLLM_RESERVATION",
+    "VllmReservation",
+    "WINDOW_CASE",
+    "WindowCase",
+    "all_global",
+    "as_mha",
     "batching_runs",
     "batching_trace",
     "chat_sessions",
+    "kv_per_token_by_kind",
     "paging_walkthrough",
     "planted_outliers",
     "relative_error",

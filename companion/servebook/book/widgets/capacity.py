@@ -32,6 +32,20 @@ def size_bytes(name: str, value: Real, unit: str, allow_zero: bool = True) -> in
     return math.floor(Fraction(str(value)) * UNITS[unit])
 
 
+def _experts_line(spec: ModelSpec) -> list[str]:
+    """For a mixture of experts: memory holds every expert, whatever a token uses."""
+    if spec.moe is None:
+        return []
+    return [f"experts      all {spec.moe.n_experts} experts are held; {spec.count_active_params():,} parameters "
+            "are active per token (they set the FLOPs, not the memory)"]
+
+
+def _window_note(spec: ModelSpec) -> str:
+    kind = spec.local_kind
+    return "" if kind is None else (f" ({spec.layers_of(kind)} of {spec.n_layers} layers {kind}, "
+                                    f"at most {spec.local_span:,} tokens each)")
+
+
 def capacity_text(model: ModelSpec | str = DEFAULT.model, gpu: str = DEFAULT.gpu, weights: str = "fp16",
                   overhead: Real = DEFAULT.overhead // GiB, seq_len: int = DEFAULT.seq_len,
                   kv_dtype: str = DEFAULT.kv_dtype, unit: str = "GiB", group_size: int | None = None,
@@ -45,7 +59,7 @@ def capacity_text(model: ModelSpec | str = DEFAULT.model, gpu: str = DEFAULT.gpu
     """
     spec = models.resolve(model)
     if spec.n_params is None:
-        raise ValueError(f"{spec.name}: a capacity plan needs the model's parameter count (n_params)")
+        raise ValueError(f"{spec.display_name}: a capacity plan needs the model's parameter count (n_params)")
     weights = canonical_dtype(weights)
     if gpu == CUSTOM_GPU:
         if gpu_memory is None:
@@ -53,7 +67,7 @@ def capacity_text(model: ModelSpec | str = DEFAULT.model, gpu: str = DEFAULT.gpu
         gpu_bytes, gpu_name = size_bytes("gpu_memory", gpu_memory, unit, allow_zero=False), "custom GPU"
     else:
         device = roofline.gpu(gpu)
-        gpu_bytes, gpu_name = device.memory, f"{device.name} ({device.memory_label} on the datasheet)"
+        gpu_bytes, gpu_name = device.memory, f"{device.display_name} ({device.memory_label} on the datasheet)"
     overhead_bytes = size_bytes("overhead", overhead, unit)
     if overhead_bytes >= gpu_bytes:
         raise ValueError(f"overhead ({overhead} {unit}) must be smaller than the GPU's memory "
@@ -68,11 +82,13 @@ def capacity_text(model: ModelSpec | str = DEFAULT.model, gpu: str = DEFAULT.gpu
     weight_bytes = case.weights(weights, groups(weights))
     lines = [
         f"GPU          {gpu_name}: {gpu_bytes:,} bytes = {gpu_bytes / u:,.3f} {unit}",
-        f"weights      {spec.name}, {spec.n_params:,} parameters in {weights}"
+        f"weights      {spec.display_name}, {spec.n_params:,} parameters in {weights}"
         + (f" (groups of {group_size})" if group_size and weights == "int4" else "")
         + f": {weight_bytes / u:,.3f} {unit}",
+        *_experts_line(spec),
         f"overhead     {overhead_bytes / u:,.3f} {unit}",
-        f"per user     S = {seq_len:,} tokens of {canonical_dtype(kv_dtype)} KV: {per_request / u:,.3f} {unit}",
+        f"per user     S = {seq_len:,} tokens of {canonical_dtype(kv_dtype)} KV: {per_request / u:,.3f} {unit}"
+        + _window_note(spec),
     ]
     plan = case.plan(weight_bytes)
     if plan is None:
@@ -96,10 +112,10 @@ def capacity_planner(model: str = DEFAULT.model, gpu: str = DEFAULT.gpu, weights
     """
     import ipywidgets as w
 
-    gpus = [*roofline.GPUS, CUSTOM_GPU]
+    gpus = [(device.display_name, name) for name, device in roofline.GPUS.items()] + [(CUSTOM_GPU, CUSTOM_GPU)]
     style = {"description_width": "110px"}
-    model_box = w.Dropdown(options=[n for n in models.names() if models.get(n).n_params], value=model,
-                           description="model", style=style)
+    model_box = w.Dropdown(options=[(models.display_name(n), n) for n in models.names() if models.get(n).n_params],
+                           value=model, description="model", style=style)
     gpu_box = w.Dropdown(options=gpus, value=gpu, description="GPU", style=style)
     memory_box = w.BoundedFloatText(value=80.0, min=0.001, max=10**6, description="custom memory", style=style,
                                     disabled=gpu != CUSTOM_GPU)
