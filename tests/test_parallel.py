@@ -5,12 +5,13 @@ from dataclasses import replace
 
 import pytest
 
-from servebook import gpus, memory, models, parallel, roofline
+from servebook import advisor, gpus, memory, models, parallel, roofline
 from servebook.book import scenarios
 from servebook.parallel import Layout, Node
 from servebook.units import GiB, MiB
 
 LLAMA70 = models.get("llama-3-70b")
+B = scenarios.LEVER_SCENARIOS["B"]
 
 
 # --- the must-shows -------------------------------------------------------------------------------------
@@ -46,6 +47,13 @@ def test_at_16_gpus_the_copied_kv_projections_add_84m_parameters_so_params_over_
     assert kv_copies == 80 * 2 * 128 * 8192 // 2 == 83_886_080  # half of each GPU's K/V is a copy
     assert "k projection" not in parallel.replicated_excess(LLAMA70, Layout(8))
     assert parallel.params_per_gpu(LLAMA70, Layout(16)) - LLAMA70.n_params / 16 == pytest.approx(85.1e6, rel=1e-3)
+
+
+def test_chapter_08_workload_on_one_gpu_through_the_parallel_counts_is_the_one_gpu_answer():
+    one = B.advise()
+    split = advisor.advise(B.model, B.gpu, replace(B.workload, tensor_parallel=1))
+    assert split.baseline == one.baseline and split.numbers == one.numbers
+    assert [r.served for r in split.ranking] == [r.served for r in one.ranking]
 
 
 @pytest.mark.parametrize(("make", "match"), [
@@ -224,3 +232,21 @@ def test_a_pipeline_runs_its_stages_in_turn_and_idles_without_enough_batches():
     assert len(step.stages) == 2 and step.latency > step.interval > step.latency / 2
     assert parallel.pipeline_idle(4, 1) == 0.75 and parallel.pipeline_idle(4, 4) == 0
     assert parallel.pipeline_bubble(4, 1) == 0.75 and parallel.pipeline_bubble(4, 13) == 3 / 16
+
+
+# --- the advisor's levers that cost GPUs -----------------------------------------------------------------------
+
+
+def test_gpu_levers_are_weighed_with_their_cost_in_gpus():
+    advice = advisor.advise(B.model, B.gpu, B.workload, levers=advisor.ALL_LEVERS)
+    tp2, replica = advice.lever("add a GPU (TP 2)"), advice.lever("a second replica")
+    assert tp2.served.gpus == replica.served.gpus == 2 and advice.baseline.gpus == 1
+    assert replica.throughput_gain == pytest.approx(2) and replica.per_gpu_gain == pytest.approx(1)
+    assert tp2.served.fits > 2 * advice.baseline.fits and tp2.throughput_gain > 2
+    assert {"GPUs", "tokens/s per GPU"} <= set(advice.rows()[0]) and list(advice.rows()[0])[-1] == "what it buys"
+    assert "GPUs" not in B.advise().rows()[0]  # chapter 08's table is unchanged
+    per_gpu = advisor.advise(B.model, B.gpu, replace(B.workload, goal="throughput per GPU"),
+                             levers=advisor.ALL_LEVERS)
+    assert per_gpu.best.lever == "W8A8"  # one GPU, half the bytes: the most tokens per GPU
+    with pytest.raises(ValueError, match="unknown name"):
+        advisor.advise(B.model, B.gpu, B.workload, levers=["three GPUs"])
