@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 
 from .. import gpus, models, roofline
-from ..gpus import GPU
+from ..gpus import GPU, Link
 from ..models import ModelSpec
 from ..roofline import Bound, StepShape
 from ..units import bytes_per_element
@@ -49,11 +49,10 @@ def _attention_per_pair(spec: ModelSpec, tensor: int) -> int:
     return 2 * heads * (spec.head_dim + spec.v_head_dim)
 
 
-def _link_terms(spec: ModelSpec, layout: Layout, gpu: GPU, stage: int, dtype: str, padding: int) -> dict:
+def _link_terms(spec: ModelSpec, layout: Layout, link: Link | None, stage: int, dtype: str, padding: int) -> dict:
     """The link fields of a stage's shape: ring bytes per token and per logit, collectives, latency, bandwidth."""
     t = layout.tensor
-    link = tensor_link(gpu, t)
-    if link is None:
+    if t == 1:
         return {}
     first, last = stage == 0, stage == layout.pipeline - 1
     allreduces = ALLREDUCES_PER_LAYER * len(stage_layers(spec, layout)[stage]) + first  # + the embedding's
@@ -72,9 +71,18 @@ def fullest_stage(spec: ModelSpec, layout: Layout, padding: int = VOCAB_PADDING)
 
 
 def step_shape(model: ModelSpec | str, layout: Layout, gpu: GPU | str, stage: int | None = None,
-               kv_dtype: str = "fp16", activation_dtype: str = "bf16", padding: int = VOCAB_PADDING) -> StepShape:
-    """The step shape of one GPU of ``stage`` (default: the fullest) of ``layout`` on ``gpu``'s links."""
+               kv_dtype: str = "fp16", activation_dtype: str = "bf16", padding: int = VOCAB_PADDING,
+               link: Link | None = None) -> StepShape:
+    """The step shape of one GPU of ``stage`` (default: the fullest) of ``layout``.
+
+    The group all-reduces over ``link``, by default the one :func:`tensor_link`
+    picks for the GPU (pass ``gpu.pcie`` to ask what the same GPUs would do
+    without NVLink).
+    """
     spec, device = models.resolve(model), gpus.get(gpu)
+    if link is not None and not isinstance(link, Link):
+        raise TypeError(f"link must be a gpus.Link (such as gpus.get('h100-sxm').pcie), got {type(link).__name__}")
+    link = tensor_link(device, layout.tensor) if link is None else link
     check(spec, layout, padding)
     stage = fullest_stage(spec, layout, padding) if stage is None else stage
     layers = stage_layers(spec, layout)[stage]
@@ -92,7 +100,7 @@ def step_shape(model: ModelSpec | str, layout: Layout, gpu: GPU | str, stage: in
         moe_layers=moe_layers, kv_per_token=stage_kv_bytes_per_token(spec, layout, stage, kv_dtype),
         kv_local_per_token=local * per_layer_kv, attention_flops_per_pair=(len(layers) - local) * pair,
         local_attention_flops_per_pair=local * pair, lm_head_params=lm_head,
-        **_link_terms(spec, layout, device, stage, activation_dtype, padding))
+        **_link_terms(spec, layout, link, stage, activation_dtype, padding))
 
 
 @dataclass(frozen=True)
