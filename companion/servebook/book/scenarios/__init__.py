@@ -15,14 +15,17 @@ from .continuous_batching import BATCHING_SERVER, BatchingServer, batching_runs,
 from .gptq_awq import OUTLIER_KINDS, planted_outliers, relative_error
 from .kv_cache import KV_7B_CLASS, KV_BUDGET, KV_TOY, KVBudget
 from .paged_attention import BLOCK_SIZE_MIX, PAGED_REQUEST, LengthMix, PagedRequest, chat_sessions, paging_walkthrough
+from .parallelism import BIG_MODEL, NODE_REQUESTS, SPLIT_JOBS, TENSOR_SIZES, BigModel, SplitJob
 from .prefill_decode import MEMORY_BUCKETS, PREFILL_DECODE, MemoryBuckets, RooflineCase
 from .quantization_basics import BINARY_TIE, ERROR_SAMPLES, SEED_OUTLIER, SEED_RANGE, SEED_WEIGHT, UNIT_RANGE
 
 __all__ = [
     "BATCHING_SERVER",
+    "BIG_MODEL",
     "BINARY_TIE",
     "BLOCK_SIZE_MIX",
     "BatchingServer",
+    "BigModel",
     "C9_SEED_WEIGHTS",
     "CAPACITY",
     "CapacityCase",
@@ -35,6 +38,7 @@ __all__ = [
     "LengthMix",
     "MEMORY_BUCKETS",
     "MemoryBuckets",
+    "NODE_REQUESTS",
     "OUTLIER_KINDS",
     "PAGED_REQUEST",
     "PREFILL_DECODE",
@@ -44,8 +48,11 @@ __all__ = [
     "SEED_OUTLIER",
     "SEED_RANGE",
     "SEED_WEIGHT",
+    "SPLIT_JOBS",
     "Scenario",
     "SeedBudget",
+    "SplitJob",
+    "TENSOR_SIZES",
     "UNIT_RANGE",
     "batching_runs",
     "batching_trace",
