@@ -38,7 +38,7 @@ from .reserve import (
 from .step import PipelineStep, fullest_stage, pipeline_step, step_shape
 from .weights import (
     SPLITS,
-    Tensor,
+    Shard,
     kv_heads_per_gpu,
     layer_tensors,
     params_per_gpu,
@@ -50,7 +50,7 @@ from .weights import (
 
 __all__ = [
     "ALLREDUCES_PER_LAYER", "GPU_MEMORY_UTILIZATION", "Layout", "Node", "ParallelPlan", "PipelineStep", "SPLITS",
-    "Server", "StagePlan", "Tensor", "VOCAB_PADDING", "VllmKVLog", "allreduce_bytes_per_token_per_layer",
+    "Server", "Shard", "StagePlan", "VOCAB_PADDING", "VllmKVLog", "allreduce_bytes_per_token_per_layer",
     "allreduce_latency", "allreduce_time", "check", "cuda_graph_reserve", "forward_peak", "fullest_stage",
     "kv_bytes_per_token_per_gpu", "kv_cache_bytes_per_gpu", "kv_copies", "kv_heads_per_gpu", "kv_width_per_gpu",
     "layer_tensors", "link_kind", "nccl_reserve", "padded_vocab", "params_per_gpu", "pipeline_bubble",

@@ -37,7 +37,7 @@ SPLITS = (COLUMN, ROW, KV_HEADS, VOCAB, REPLICATED)
 
 
 @dataclass(frozen=True)
-class Tensor:
+class Shard:
     """One kind of tensor of one layer (or of the model's ends): its parameters whole and on one GPU."""
 
     name: str
@@ -52,7 +52,7 @@ class Tensor:
         return self.per_gpu * self.tensor / self.params if self.params else 0.0
 
 
-def _linear(name: str, split: str, n_in: int, n_out: int, bias: bool, t: int, kv_share: int = 0) -> Tensor:
+def _linear(name: str, split: str, n_in: int, n_out: int, bias: bool, t: int, kv_share: int = 0) -> Shard:
     """A linear layer of ``n_in`` -> ``n_out`` and its bias, and one GPU's part of it under ``split``."""
     whole_params = n_in * n_out + (n_out if bias else 0)
     if split == COLUMN:
@@ -63,11 +63,11 @@ def _linear(name: str, split: str, n_in: int, n_out: int, bias: bool, t: int, kv
         per_gpu = n_in * kv_share + (kv_share if bias else 0)
     else:
         per_gpu = whole_params
-    return Tensor(name, split, whole_params, per_gpu, t)
+    return Shard(name, split, whole_params, per_gpu, t)
 
 
-def _replicated(name: str, params: int, t: int) -> Tensor:
-    return Tensor(name, REPLICATED, params, params, t)
+def _replicated(name: str, params: int, t: int) -> Shard:
+    return Shard(name, REPLICATED, params, params, t)
 
 
 def kv_heads_per_gpu(spec: ModelSpec, tensor: int) -> int:
@@ -77,7 +77,7 @@ def kv_heads_per_gpu(spec: ModelSpec, tensor: int) -> int:
     return max(1, spec.n_kv_heads // tensor)
 
 
-def _attention(spec: ModelSpec, t: int) -> list[Tensor]:
+def _attention(spec: ModelSpec, t: int) -> list[Shard]:
     d, heads, bias = spec.d_model, spec.n_heads, spec.biases
     if spec.mla is not None:
         return _mla(spec, t)
@@ -92,7 +92,7 @@ def _attention(spec: ModelSpec, t: int) -> list[Tensor]:
     return found
 
 
-def _mla(spec: ModelSpec, t: int) -> list[Tensor]:
+def _mla(spec: ModelSpec, t: int) -> list[Shard]:
     """MLA (DeepseekV2MLAAttention): the down-projections and their norms replicated, the rest split by heads."""
     mla, d, heads, down_bias = spec.mla, spec.d_model, spec.n_heads, spec.biases.qkv
     q_width = heads * spec.head_dim
@@ -109,7 +109,7 @@ def _mla(spec: ModelSpec, t: int) -> list[Tensor]:
         _linear("attention output", ROW, heads * spec.v_head_dim, d, spec.biases.o, t)]
 
 
-def _mlp(spec: ModelSpec, width: int, t: int, label: str = "MLP", gated: bool | None = None) -> list[Tensor]:
+def _mlp(spec: ModelSpec, width: int, t: int, label: str = "MLP", gated: bool | None = None) -> list[Shard]:
     d, bias = spec.d_model, spec.biases.mlp
     gated = spec.gated_mlp if gated is None else gated
     ups = [f"{label} gate", f"{label} up"] if gated else [f"{label} up"]
@@ -117,12 +117,12 @@ def _mlp(spec: ModelSpec, width: int, t: int, label: str = "MLP", gated: bool | 
         _linear(f"{label} down", ROW, width, d, bias, t)]
 
 
-def _experts(spec: ModelSpec, t: int) -> list[Tensor]:
+def _experts(spec: ModelSpec, t: int) -> list[Shard]:
     """One MoE layer (FusedMoE without expert parallelism): the router whole, a slice of every expert."""
     moe, d = spec.moe, spec.d_model
     per_expert = 3 * d * moe.expert_size
     found = [_replicated("router", d * moe.n_experts, t),
-             Tensor("routed experts", COLUMN, moe.n_experts * per_expert, moe.n_experts * per_expert // t, t)]
+             Shard("routed experts", COLUMN, moe.n_experts * per_expert, moe.n_experts * per_expert // t, t)]
     if moe.n_shared:
         found += _mlp(spec, moe.shared_size, t, "shared expert", gated=True)
         if moe.shared_gate:
@@ -130,7 +130,7 @@ def _experts(spec: ModelSpec, t: int) -> list[Tensor]:
     return found
 
 
-def layer_tensors(spec: ModelSpec, layout: Layout, layer: int = 0) -> list[Tensor]:
+def layer_tensors(spec: ModelSpec, layout: Layout, layer: int = 0) -> list[Shard]:
     """The tensors of layer ``layer`` and one GPU's part of each, under ``layout``'s tensor parallelism."""
     t = check(spec, layout).tensor
     norms = _replicated("norms", spec.norms.per_layer * spec.norms.params(spec.d_model), t)
@@ -139,16 +139,16 @@ def layer_tensors(spec: ModelSpec, layout: Layout, layer: int = 0) -> list[Tenso
     return _attention(spec, t) + mlp + [norms]
 
 
-def first_stage_tensors(spec: ModelSpec, layout: Layout, padding: int = VOCAB_PADDING) -> list[Tensor]:
+def first_stage_tensors(spec: ModelSpec, layout: Layout, padding: int = VOCAB_PADDING) -> list[Shard]:
     """What the first pipeline stage holds besides its layers: the embedding table, a learned position table."""
     t, d = check(spec, layout, padding).tensor, spec.d_model
-    found = [Tensor("embedding table", VOCAB, spec.vocab_size * d, padded_vocab(spec, padding) // t * d, t)]
+    found = [Shard("embedding table", VOCAB, spec.vocab_size * d, padded_vocab(spec, padding) // t * d, t)]
     if spec.learned_positions:
         found.append(_replicated("position table", spec.learned_positions * d, t))
     return found
 
 
-def last_stage_tensors(spec: ModelSpec, layout: Layout, padding: int = VOCAB_PADDING) -> list[Tensor]:
+def last_stage_tensors(spec: ModelSpec, layout: Layout, padding: int = VOCAB_PADDING) -> list[Shard]:
     """What the last stage holds besides its layers: the final norm and the LM head.
 
     A tied LM head is the embedding table itself: nothing more on one stage,
@@ -158,11 +158,11 @@ def last_stage_tensors(spec: ModelSpec, layout: Layout, padding: int = VOCAB_PAD
     t, d = check(spec, layout, padding).tensor, spec.d_model
     found = [_replicated("final norm", spec.norms.params(d), t)] if spec.norms.final else []
     if not spec.tied_embeddings or layout.pipeline > 1:
-        found.append(Tensor("LM head", VOCAB, spec.vocab_size * d, padded_vocab(spec, padding) // t * d, t))
+        found.append(Shard("LM head", VOCAB, spec.vocab_size * d, padded_vocab(spec, padding) // t * d, t))
     return found
 
 
-def stage_tensors(spec: ModelSpec, layout: Layout, stage: int, padding: int = VOCAB_PADDING) -> list[Tensor]:
+def stage_tensors(spec: ModelSpec, layout: Layout, stage: int, padding: int = VOCAB_PADDING) -> list[Shard]:
     """Every tensor one GPU of pipeline stage ``stage`` (0-based) holds, layer by layer."""
     layers = stage_layers(spec, layout)[stage]
     found = first_stage_tensors(spec, layout, padding) if stage == 0 else []
