@@ -11,6 +11,10 @@ the way chapter 08 teaches:
    is applied alone to the baseline server, and the workload is served again
    on paper: requests that fit at once, generated tokens per second, and mean
    latency per request.  The levers are ranked by the workload's goal.
+   With ``levers=ALL_LEVERS`` two more are weighed, each costing GPUs: a
+   second GPU splitting the model (tensor parallelism, :mod:`servebook.parallel`)
+   and a second replica of the server; ``goal="throughput per GPU"`` ranks by
+   what each GPU delivers.
 
 How a workload is served on paper: requests run in *waves* of as many as fit
 at once (the rest wait for the next wave).  A wave is one prefill step of all
@@ -30,14 +34,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from . import memory, models, paging, roofline
-from .checks import byte_count, choice, whole
+from . import memory, models, paging, parallel, roofline
+from .checks import byte_count, choice, names, whole
 from .models import ModelSpec
-from .units import GiB, MiB, canonical_dtype
+from .units import GiB, MiB, canonical_dtype, ceil_div
 
-GOALS = ("throughput", "latency")
+GOALS = ("throughput", "latency", "throughput per GPU")
 BATCHING = ("static", "continuous")
 LEVERS = ("PagedAttention", "continuous batching", "W4A16", "W8A8")
+PARALLEL_LEVERS = ("add a GPU (TP 2)", "a second replica")
+"""Levers that cost GPUs: split the model over twice the GPUs, or run the server twice."""
+ALL_LEVERS = LEVERS + PARALLEL_LEVERS
 
 
 @dataclass(frozen=True)
@@ -54,7 +61,11 @@ class Workload:
     batching: ``"static"`` or ``"continuous"`` (the baseline server's).
     weights: ``"W16A16"``, ``"W8A8"`` or ``"W4A16"`` (the baseline server's).
     kv_dtype: the KV cache's dtype.  overhead: bytes reserved for activations,
-        CUDA context and fragmentation.  block_size: tokens per KV block when paged.
+        CUDA context and fragmentation (on every GPU).  block_size: tokens per KV block when paged.
+    tensor_parallel: GPUs one replica splits the model over, its weights and KV
+        cache counted per GPU as vLLM shards them (:mod:`servebook.parallel`);
+        ``None`` = one GPU and the model's parameter count, the first edition's way.
+    replicas: copies of the server, each serving its share of the requests.
     """
 
     prompt_len: int
@@ -68,6 +79,8 @@ class Workload:
     kv_dtype: str = "fp16"
     overhead: int = 4 * GiB
     block_size: int = 16
+    tensor_parallel: int | None = None
+    replicas: int = 1
 
     def __post_init__(self) -> None:
         whole("prompt_len", self.prompt_len, 1)
@@ -88,6 +101,14 @@ class Workload:
         canonical_dtype(self.kv_dtype)
         object.__setattr__(self, "overhead", byte_count("overhead", self.overhead))
         whole("block_size", self.block_size, 1)
+        if self.tensor_parallel is not None:
+            whole("tensor_parallel", self.tensor_parallel, 1)
+        whole("replicas", self.replicas, 1)
+
+    @property
+    def gpus(self) -> int:
+        """GPUs the service uses: tensor-parallel size times replicas."""
+        return (self.tensor_parallel or 1) * self.replicas
 
     @property
     def tokens(self) -> int:
@@ -119,6 +140,11 @@ class Served:
     throughput: float        # generated tokens per second
     prefill_bound: str
     decode_bound: str
+    gpus: int = 1            # GPUs the configuration uses
+
+    @property
+    def throughput_per_gpu(self) -> float:
+        return self.throughput / self.gpus
 
     @property
     def fit_fraction(self) -> float:
@@ -136,8 +162,11 @@ class LeverResult:
     fits_gain: float         # x requests that fit at once
     note: str
 
+    per_gpu_gain: float = 1.0  # x baseline generated tokens/s per GPU
+
     def gain(self, goal: str) -> float:
-        return self.throughput_gain if goal == "throughput" else self.latency_gain
+        return {"throughput": self.throughput_gain, "latency": self.latency_gain,
+                "throughput per GPU": self.per_gpu_gain}[goal]
 
 
 @dataclass(frozen=True)
@@ -161,7 +190,7 @@ class Advice:
         for result in self.ranking:
             if result.lever == name:
                 return result
-        raise ValueError(f"unknown lever {name!r}; levers: {', '.join(LEVERS)}")
+        raise ValueError(f"unknown lever {name!r}; levers: {', '.join(r.lever for r in self.ranking)}")
 
     def rows(self) -> list[dict[str, object]]:
         """The ranking as table rows (baseline first), for display."""
@@ -176,6 +205,11 @@ class Advice:
 
         rows = [row("", "baseline", self.baseline, 1.0, self.baseline.change)]
         rows += [row(i, r.lever, r.served, r.gain(goal), r.note) for i, r in enumerate(self.ranking, 1)]
+        if any(r.served.gpus > 1 for r in self.ranking) or self.baseline.gpus > 1:  # levers that cost GPUs
+            served = [self.baseline] + [r.served for r in self.ranking]
+            for r, s in zip(rows, served, strict=True):
+                r["GPUs"], r["tokens/s per GPU"] = s.gpus, round(s.throughput_per_gpu)
+                r["what it buys"] = r.pop("what it buys")
         return rows
 
     def table(self) -> str:
@@ -210,32 +244,51 @@ def _decode_steps(w: Workload) -> int:
     return longest - 1  # the prefill step already produced each request's first token
 
 
+def _shape(spec: ModelSpec, device: roofline.GPU, w: Workload) -> roofline.StepShape | None:
+    """One GPU's share of a step under the workload's tensor parallelism (``None``: the whole model on one GPU)."""
+    if w.tensor_parallel is None:
+        return None
+    return parallel.step_shape(spec, parallel.Layout(w.tensor_parallel), device, kv_dtype=w.kv_dtype)
+
+
+def _sizes(spec: ModelSpec, w: Workload, slots: int) -> tuple[int, int, int]:
+    """Bytes on one GPU of the weights, of a request's reserved KV cache (``slots`` tokens) and of its used one."""
+    recipe = roofline.scheme(w.weights)
+    if w.tensor_parallel is None:
+        return (recipe.weight_bytes(spec.n_params), memory.kv_cache_bytes(spec, seq_len=slots, dtype=w.kv_dtype),
+                memory.kv_cache_bytes(spec, seq_len=w.tokens, dtype=w.kv_dtype))
+    layout = parallel.Layout(w.tensor_parallel)
+    return (recipe.weight_bytes(parallel.params_per_gpu(spec, layout)),
+            parallel.kv_cache_bytes_per_gpu(spec, layout, slots, w.kv_dtype),
+            parallel.kv_cache_bytes_per_gpu(spec, layout, w.tokens, w.kv_dtype))
+
+
 def _wave(spec: ModelSpec, device: roofline.GPU, w: Workload,
           batch: int) -> tuple[roofline.Bound, float, roofline.Bound]:
-    """One wave of ``batch`` requests: its prefill bound, its decode time, and its decode step half-way."""
-    recipe, steps = roofline.scheme(w.weights), _decode_steps(w)
-    prefill = roofline.bound(roofline.prefill_step(spec, batch, w.prompt_len, recipe, w.kv_dtype), device)
-    decode_s = roofline.decode_time(spec, device, batch, w.prompt_len, steps, recipe, w.kv_dtype)
-    mid = roofline.bound(roofline.decode_step(spec, batch, w.prompt_len + steps // 2, recipe, w.kv_dtype), device)
+    """One wave of ``batch`` requests on one replica: its prefill bound, its decode time, its decode step half-way."""
+    recipe, steps, shape = roofline.scheme(w.weights), _decode_steps(w), _shape(spec, device, w)
+    prefill = roofline.bound(roofline.prefill_step(spec, batch, w.prompt_len, recipe, w.kv_dtype, shape=shape),
+                             device)
+    decode_s = roofline.decode_time(spec, device, batch, w.prompt_len, steps, recipe, w.kv_dtype, shape)
+    mid = roofline.bound(roofline.decode_step(spec, batch, w.prompt_len + steps // 2, recipe, w.kv_dtype, shape),
+                         device)
     return prefill, decode_s, mid
 
 
 def _serve(spec: ModelSpec, device: roofline.GPU, w: Workload, label: str, change: str) -> Served:
-    recipe = roofline.scheme(w.weights)
-    weights = recipe.weight_bytes(spec.n_params)
-    kv_pool = device.memory - weights - w.overhead
     slots = paging.paged_slots(w.tokens, w.block_size) if w.paged else w.max_len
-    reserved = memory.kv_cache_bytes(spec, seq_len=slots, dtype=w.kv_dtype)
-    used = memory.kv_cache_bytes(spec, seq_len=w.tokens, dtype=w.kv_dtype)
+    weights, reserved, used = _sizes(spec, w, slots)
+    kv_pool = device.memory - weights - w.overhead
     fits = 0 if kv_pool < 0 else memory.capacity_plan(device.memory, weights, reserved, w.overhead).requests
+    fits *= w.replicas  # each replica holds its own requests
     requests = w.batch if w.batch is not None else fits
     if fits == 0 or requests == 0:
         nan = float("nan")
         return Served(label, change, weights, kv_pool, reserved, used, fits, requests, 0, nan, nan,
-                      math.inf, math.inf, 0.0, "-", "-")
+                      math.inf, math.inf, 0.0, "-", "-", w.gpus)
     wave = min(fits, requests)
     full, rest = divmod(requests, wave)
-    prefill, decode_s, mid = _wave(spec, device, w, wave)
+    prefill, decode_s, mid = _wave(spec, device, w, ceil_div(wave, w.replicas))  # the busiest replica's share
     prefill_s, prefill_bound, decode_bound = prefill.time, prefill.bound, mid.bound
     wave_s = prefill_s + decode_s
     # Waves run one after another; a request finishes with its wave.
@@ -243,11 +296,12 @@ def _serve(spec: ModelSpec, device: roofline.GPU, w: Workload, label: str, chang
     latency_sum = wave * sum(finish)
     makespan = wave_s * full
     if rest:
-        p, d, _ = _wave(spec, device, w, rest)
+        p, d, _ = _wave(spec, device, w, ceil_div(rest, w.replicas))
         makespan += p.time + d
         latency_sum += rest * makespan
     return Served(label, change, weights, kv_pool, reserved, used, fits, requests, wave, prefill_s, decode_s,
-                  makespan, latency_sum / requests, requests * w.output_len / makespan, prefill_bound, decode_bound)
+                  makespan, latency_sum / requests, requests * w.output_len / makespan, prefill_bound, decode_bound,
+                  w.gpus)
 
 
 def _ratio(new: float, old: float) -> float:
@@ -268,6 +322,11 @@ def _lever_workload(w: Workload, lever: str) -> tuple[Workload, str]:
         if w.batching == "continuous":
             return w, "already continuous"
         return replace(w, batching="continuous"), "refill a finished request's slot at once"
+    if lever == "add a GPU (TP 2)":
+        tensor = 2 * (w.tensor_parallel or 1)
+        return replace(w, tensor_parallel=tensor), f"the model split over {tensor} GPUs (tensor parallelism)"
+    if lever == "a second replica":
+        return replace(w, replicas=2 * w.replicas), f"{2 * w.replicas} replicas, each serving its share"
     if w.weights == lever:
         return w, f"already {lever}"
     return replace(w, weights=lever), f"weights {w.weights} -> {lever}"
@@ -276,6 +335,9 @@ def _lever_workload(w: Workload, lever: str) -> tuple[Workload, str]:
 def _note(lever: str, base: Served, new: Served, w: Workload) -> str:
     if new.change.startswith("already"):
         return new.change
+    if lever in PARALLEL_LEVERS:
+        return (f"{base.gpus} -> {new.gpus} GPUs, fits {base.fits} -> {new.fits}; tokens/s per GPU "
+                f"{base.throughput_per_gpu:,.0f} -> {new.throughput_per_gpu:,.0f}")
     if lever == "PagedAttention":
         return (f"KV per request {base.reserved_per_request / MiB:,.0f} -> {new.reserved_per_request / MiB:,.0f} MiB;"
                 f" fits {base.fits} -> {new.fits}")
@@ -294,8 +356,10 @@ def _note(lever: str, base: Served, new: Served, w: Workload) -> str:
     return text + f"; per request: prefill x{prefill_x:,.2f}, decode x{decode_x:,.2f} faster"
 
 
-def advise(model: ModelSpec | str, gpu: roofline.GPU | str, workload: Workload) -> Advice:
-    """Diagnose ``workload`` on ``model`` + ``gpu`` and rank the four levers by the workload's goal."""
+def advise(model: ModelSpec | str, gpu: roofline.GPU | str, workload: Workload,
+           levers: tuple[str, ...] = LEVERS) -> Advice:
+    """Diagnose ``workload`` on ``model`` + ``gpu`` and rank ``levers`` (the four of chapter 08, or
+    :data:`ALL_LEVERS` with the two that cost GPUs) by the workload's goal."""
     spec = models.resolve(model)
     if spec.n_params is None:
         raise ValueError(f"{spec.name}: the advisor needs the model's parameter count (n_params)")
@@ -310,7 +374,7 @@ def advise(model: ModelSpec | str, gpu: roofline.GPU | str, workload: Workload) 
                   f"{workload.batching} batching")
 
     results = []
-    for lever in LEVERS:
+    for lever in names("levers", levers, ALL_LEVERS):
         changed, change = _lever_workload(workload, lever)
         served = _serve(spec, device, changed, lever, change)
         results.append(LeverResult(
@@ -318,11 +382,14 @@ def advise(model: ModelSpec | str, gpu: roofline.GPU | str, workload: Workload) 
             throughput_gain=_ratio(served.throughput, base.throughput),
             latency_gain=_ratio(base.mean_latency_s, served.mean_latency_s),
             fits_gain=_ratio(served.fits, base.fits),
-            note=_note(lever, base, served, workload)))
+            note=_note(lever, base, served, workload),
+            per_gpu_gain=_ratio(served.throughput_per_gpu, base.throughput_per_gpu)))
     # Rank on the goal's own metric, not on the ratio: the ratio is infinite for every lever when
     # the baseline serves nothing at all, and the metric still tells those levers apart.
     if workload.goal == "throughput":
         ranking = sorted(results, key=lambda r: (r.served.throughput, r.served.fits), reverse=True)
+    elif workload.goal == "throughput per GPU":
+        ranking = sorted(results, key=lambda r: (r.served.throughput_per_gpu, r.served.fits), reverse=True)
     else:
         ranking = sorted(results, key=lambda r: (-r.served.mean_latency_s, r.served.fits), reverse=True)
     ranking = tuple(ranking)

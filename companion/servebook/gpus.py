@@ -43,12 +43,22 @@ class Quoted:
 
 @dataclass(frozen=True)
 class Link:
-    """An interconnect: its bandwidth per direction, and what the datasheet printed."""
+    """An interconnect: its bandwidth per direction, and what the datasheet printed.
+
+    Datasheets print NVLink (and Infinity Fabric) with both directions added:
+    the H100's "900GB/s" is 450 GB/s each way, and a ring all-reduce, which
+    sends to one neighbour while it receives from the other, moves data at the
+    one-way rate.  ``joins`` is how many GPUs the link joins at that rate (8 on
+    an NVSwitch baseboard, 2 for a bridged pair of PCIe cards; ``None`` for
+    PCIe, which joins whatever the host holds); ``topology`` says how, with its source.
+    """
 
     name: str
     per_direction: int  # bytes per second, one direction
     as_printed: str
     printed_is: str     # "both directions together" or "per direction"
+    joins: int | None = None
+    topology: str = ""
 
 
 @dataclass(frozen=True)
@@ -115,7 +125,7 @@ def _quoted(rate: dict[str, Any] | None) -> Quoted | None:
 
 def _link(entry: dict[str, Any] | None) -> Link | None:
     return None if entry is None else Link(entry["name"], entry["per_direction_bytes_per_s"], entry["as_printed"],
-                                           entry["printed_is"])
+                                           entry["printed_is"], entry.get("joins"), entry.get("topology", ""))
 
 
 def _gpu(entry: dict[str, Any]) -> GPU:

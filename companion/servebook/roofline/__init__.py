@@ -48,6 +48,7 @@ from .step import (
                      PHASES,
                      StepCost,
                      StepModel,
+                     StepShape,
                      attention_flops_per_pair,
                      attention_pairs,
                      decode_step,
@@ -59,5 +60,5 @@ from .step import (
 
 __all__ = ["GPU", "GPUS", "gpu", "ridge_point", "Scheme", "SCHEMES", "scheme", "compute_time", "matmul_params",
            "attention_pairs", "experts_read", "local_view", "attention_flops_per_pair", "StepCost", "StepModel",
-           "PHASES", "prefill_step", "decode_step", "Bound", "bound", "decode_crossover_batch", "decode_time",
-           "scheme_bounds", "gpu_table"]
+           "StepShape", "PHASES", "prefill_step", "decode_step", "Bound", "bound", "decode_crossover_batch",
+           "decode_time", "scheme_bounds", "gpu_table"]

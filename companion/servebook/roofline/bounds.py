@@ -11,7 +11,7 @@ from ..gpus import GPU, GPUS
 from ..models import CHUNKED, SLIDING, ModelSpec
 from ..units import GB
 from .schemes import SCHEMES, Scheme, compute_time, scheme
-from .step import StepCost, StepModel, decode_step, prefill_step
+from .step import StepCost, StepModel, StepShape, decode_step, prefill_step
 
 gpu = gpus.get
 
@@ -33,6 +33,8 @@ class Bound:
     the scheme), the FP16 tensor-core time of attention, and the CUDA-core time
     of W4A16 dequantization, which competes with the matmul for the same SMs.
     ``memory_time`` is bytes over bandwidth; dequantization hides behind it.
+    ``communication_time`` is the step's time on the link between GPUs
+    (:meth:`StepShape.communication_time`, 0 on one GPU), added to the roofline.
     """
 
     step: StepCost
@@ -41,9 +43,14 @@ class Bound:
     memory_time: float
 
     @property
+    def communication_time(self) -> float:
+        """Seconds on the link between GPUs (0 on one GPU)."""
+        return self.step.communication_time
+
+    @property
     def time(self) -> float:
         """Lower bound on the step's time, seconds."""
-        return max(self.compute_time, self.memory_time)
+        return max(self.compute_time, self.memory_time) + self.step.communication_time
 
     @property
     def bound(self) -> str:
@@ -74,10 +81,11 @@ class Bound:
         s = self.step
         shape = (f"batch {s.batch} x {s.new_tokens} tokens (cached {s.cached_tokens // s.batch})"
                  if s.phase != "mixed" else f"{s.sequences} sequences, {s.tokens} tokens (cached {s.cached_tokens})")
+        link = f", link {self.communication_time * 1e3:,.3f} ms" if self.communication_time else ""
         return (f"{s.phase} {s.model} {s.scheme.name} {shape} "
                 f"on {self.gpu.name}: {s.flops / 1e12:,.2f} TFLOP, "
                 f"{s.bytes / GB:,.2f} GB, intensity {s.intensity:,.1f} FLOP/B vs ridge {self.ridge:,.1f}; "
-                f"compute {self.compute_time * 1e3:,.3f} ms, memory {self.memory_time * 1e3:,.3f} ms "
+                f"compute {self.compute_time * 1e3:,.3f} ms, memory {self.memory_time * 1e3:,.3f} ms{link} "
                 f"-> {self.bound}-bound, >= {self.time * 1e3:,.3f} ms, <= {self.tokens_per_s:,.0f} tokens/s")
 
 
@@ -162,7 +170,7 @@ def _moe_crossover(step_model: StepModel, device: GPU, a: float, m: float) -> in
 
 
 def decode_time(model: ModelSpec | str, device: GPU | str, batch: int, context_len: int, steps: int,
-                weights: Scheme | str = "W16A16", kv_dtype: str = "fp16") -> float:
+                weights: Scheme | str = "W16A16", kv_dtype: str = "fp16", shape: StepShape | None = None) -> float:
     """Lower bound on the time of ``steps`` decode steps, the first at ``context_len`` cached tokens.
 
     The sum of :func:`bound` over contexts ``context_len .. context_len + steps - 1``.
@@ -171,6 +179,8 @@ def decode_time(model: ModelSpec | str, device: GPU | str, batch: int, context_l
     two lines cross, rather than step by step.  A sliding-window layer stops
     growing once the context fills its window, and a chunked layer starts over
     at each chunk: the contexts are cut into runs where both sides are linear.
+    ``shape`` is one GPU's share of a parallel layout; its link time, the same
+    at every context, is added once per step.
     """
     steps = whole("steps", steps, 0)
     if steps == 0:
@@ -178,7 +188,7 @@ def decode_time(model: ModelSpec | str, device: GPU | str, batch: int, context_l
     device = gpu(device)
     spec = models.resolve(model)
     context_len = whole("context_len", context_len, 0)
-    return sum(_linear_decode_time(spec, device, batch, start, count, weights, kv_dtype)
+    return sum(_linear_decode_time(spec, device, batch, start, count, weights, kv_dtype, shape)
                for start, count in _linear_runs(spec, context_len, steps))
 
 
@@ -195,10 +205,15 @@ def _linear_runs(spec: ModelSpec, context_len: int, steps: int) -> list[tuple[in
 
 
 def _linear_decode_time(spec: ModelSpec, device: GPU, batch: int, context_len: int, steps: int,
-                        weights: Scheme | str, kv_dtype: str) -> float:
+                        weights: Scheme | str, kv_dtype: str, shape: StepShape | None = None) -> float:
     """decode_time over contexts where compute and memory time are both linear in the context."""
-    first = bound(decode_step(spec, batch, context_len, weights, kv_dtype), device)
-    second = bound(decode_step(spec, batch, context_len + 1, weights, kv_dtype), device)
+    first = bound(decode_step(spec, batch, context_len, weights, kv_dtype, shape), device)
+    second = bound(decode_step(spec, batch, context_len + 1, weights, kv_dtype, shape), device)
+    return _roofline_sum(first, second, steps) + steps * first.communication_time
+
+
+def _roofline_sum(first: Bound, second: Bound, steps: int) -> float:
+    """Sum over ``steps`` steps of max(compute, memory), both lines through the first two steps' bounds."""
     c0, c_slope = first.compute_time, second.compute_time - first.compute_time
     m0, m_slope = first.memory_time, second.memory_time - first.memory_time
 

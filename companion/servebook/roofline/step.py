@@ -97,6 +97,64 @@ def attention_flops_per_pair(spec: ModelSpec) -> int:
 
 
 @dataclass(frozen=True)
+class StepShape:
+    """The counts a :class:`StepModel` multiplies by a step's tokens: what one GPU holds, reads and sends.
+
+    :meth:`of` gives the whole model on one GPU.  On one GPU of a tensor- or
+    pipeline-parallel layout every count is that GPU's share (its shard of each
+    weight, its KV heads, its query heads, its stage's layers), and a step also
+    sends bytes over the GPUs' link: ``link_bytes_per_token`` per new token (the
+    all-reduces), ``link_bytes_per_logit`` per token whose logits are gathered,
+    and ``collectives`` collectives per step, each costing
+    ``collective_latency`` seconds before its bytes move at ``link_bandwidth``
+    bytes per second.  :mod:`servebook.parallel` builds those shapes; on one GPU
+    the link terms are zero.
+    """
+
+    matmul_params: int
+    active_params: int
+    routed_params: int
+    expert_params: int
+    moe_layers: int
+    kv_per_token: int
+    kv_local_per_token: int
+    attention_flops_per_pair: int
+    local_attention_flops_per_pair: int
+    lm_head_params: int
+    link_bytes_per_token: int = 0
+    link_bytes_per_logit: int = 0
+    collectives: int = 0
+    collective_latency: float = 0.0
+    link_bandwidth: float = 0.0
+
+    @classmethod
+    def of(cls, model: ModelSpec | str, kv_dtype: str = "fp16") -> StepShape:
+        """The whole model on one GPU: every weight, every KV head, every layer, no link."""
+        spec = models.resolve(model)
+        n_matmul = matmul_params(spec)
+        local_layers = spec.layers_of(spec.local_kind) if spec.local_kind else 0
+        pair = attention_flops_per_pair(spec)
+        return cls(matmul_params=n_matmul, active_params=n_matmul - unused_expert_params(spec),
+                   routed_params=routed_params(spec), expert_params=expert_params(spec) if spec.moe else 0,
+                   moe_layers=spec.moe_layers, kv_per_token=memory.kv_bytes_per_token(spec, kv_dtype),
+                   kv_local_per_token=local_layers * memory.kv_bytes_per_token_per_layer(spec, kv_dtype),
+                   attention_flops_per_pair=(spec.n_layers - local_layers) * pair,
+                   local_attention_flops_per_pair=local_layers * pair,
+                   lm_head_params=(spec.vocab_size or 0) * spec.d_model)
+
+    def communication_time(self, tokens: int, logits_tokens: int) -> float:
+        """Seconds a step of ``tokens`` new tokens spends on the link: latencies, then bytes over bandwidth.
+
+        Added to the roofline, not overlapped with it: a tensor-parallel
+        all-reduce sits between two matmuls that wait for it.
+        """
+        if not self.collectives:
+            return 0.0
+        sent = self.link_bytes_per_token * tokens + self.link_bytes_per_logit * logits_tokens
+        return self.collectives * self.collective_latency + sent / self.link_bandwidth
+
+
+@dataclass(frozen=True)
 class StepCost:
     """The work of one step: FLOPs by kind and bytes by kind.
 
@@ -119,6 +177,7 @@ class StepCost:
     weight_bytes: int
     kv_read_bytes: int
     kv_write_bytes: int
+    communication_time: float = 0.0  # seconds on the link between GPUs (0 on one GPU)
 
     @property
     def batch(self) -> int:
@@ -161,26 +220,30 @@ class StepModel:
     ``local_pairs`` too: the cached tokens its local layers read and the pairs
     they attend, summed over the sequences (:func:`local_view` gives them for
     one sequence); the counts without them are its global layers'.
+
+    ``shape`` (a :class:`StepShape`) makes it the step model of one GPU of a
+    parallel layout; by default it is the whole model on one GPU.
     """
 
     def __init__(self, model: ModelSpec | str, weights: Scheme | str = "W16A16", kv_dtype: str = "fp16",
-                 device: GPU | str | None = None) -> None:
+                 device: GPU | str | None = None, shape: StepShape | None = None) -> None:
         spec = self.spec = models.resolve(model)
         self.scheme = scheme(weights)
         self.kv_dtype = kv_dtype
-        self.n_matmul = matmul_params(spec)
-        self.n_active = self.n_matmul - unused_expert_params(spec)  # the weights one token is multiplied by
+        if shape is not None and not isinstance(shape, StepShape):
+            raise TypeError(f"shape must be a StepShape, got {type(shape).__name__}")
+        shape = self.shape = StepShape.of(spec, kv_dtype) if shape is None else shape
+        self.n_matmul = shape.matmul_params
+        self.n_active = shape.active_params  # the weights one token is multiplied by
         self.weight_bytes = self.scheme.weight_bytes(self.n_matmul)  # every weight (all experts)
-        self._always_read = self.n_matmul - routed_params(spec)
+        self._always_read = self.n_matmul - shape.routed_params
         self._read_bytes: dict[int, int] = {}
-        local_layers = spec.layers_of(spec.local_kind) if spec.local_kind else 0
-        self.kv_per_token = memory.kv_bytes_per_token(spec, kv_dtype)  # written by every new token
-        self.kv_local_per_token = local_layers * memory.kv_bytes_per_token_per_layer(spec, kv_dtype)
+        self.kv_per_token = shape.kv_per_token  # written by every new token
+        self.kv_local_per_token = shape.kv_local_per_token
         self.kv_global_per_token = self.kv_per_token - self.kv_local_per_token
-        pair = attention_flops_per_pair(spec)
-        self.attention_flops_per_pair = (spec.n_layers - local_layers) * pair  # the global layers'
-        self.local_attention_flops_per_pair = local_layers * pair
-        self.lm_head_params = (spec.vocab_size or 0) * spec.d_model
+        self.attention_flops_per_pair = shape.attention_flops_per_pair  # the global layers'
+        self.local_attention_flops_per_pair = shape.local_attention_flops_per_pair
+        self.lm_head_params = shape.lm_head_params
         self.gpu = None if device is None else gpus.get(device)
 
     def params_read(self, tokens: int) -> int:
@@ -190,7 +253,7 @@ class StepModel:
         if moe is None:
             return self.n_matmul
         routed = self.n_matmul - self._always_read
-        reached = self.spec.moe_layers * experts_read(moe.n_experts, moe.top_k, tokens) * expert_params(self.spec)
+        reached = self.shape.moe_layers * experts_read(moe.n_experts, moe.top_k, tokens) * self.shape.expert_params
         return self._always_read + min(routed, math.ceil(reached))
 
     def weight_bytes_read(self, tokens: int) -> int:
@@ -238,6 +301,7 @@ class StepModel:
             weight_bytes=self.weight_bytes_read(tokens),
             kv_read_bytes=self.kv_global_per_token * cached_tokens + self.kv_local_per_token * local_cached,
             kv_write_bytes=self.kv_per_token * tokens,
+            communication_time=self.shape.communication_time(tokens, logits),
         )
 
     def seconds(self, tokens: int, cached_tokens: int, pairs: int, logits_tokens: int | None = None,
@@ -259,40 +323,43 @@ class StepModel:
         compute = compute_time(device, recipe, matmul, attention, dequant)
         moved = (self.weight_bytes_read(tokens) + self.kv_global_per_token * cached_tokens
                  + self.kv_local_per_token * local_cached + self.kv_per_token * tokens)
-        return max(compute, moved / device.bandwidth)
+        return max(compute, moved / device.bandwidth) + self.shape.communication_time(tokens, logits)
 
 
 PHASES = ("prefill", "decode", "mixed")
 
 
 def prefill_step(model: ModelSpec | str, batch: int, prompt_len: int, weights: Scheme | str = "W16A16",
-                 kv_dtype: str = "fp16", cached_tokens: int = 0, logits: str = "all") -> StepCost:
+                 kv_dtype: str = "fp16", cached_tokens: int = 0, logits: str = "all",
+                 shape: StepShape | None = None) -> StepCost:
     """One prefill step: ``batch`` prompts of ``prompt_len`` tokens go through the model at once.
 
     ``cached_tokens`` is a prefix (per prompt) already in the KV cache (prefix
     caching, or a later chunk of a chunked prefill); it is read, not
     recomputed.  ``logits="last"`` applies the LM head to each prompt's last
     token only, as a server (and the lab) does; ``"all"`` to every token.
+    ``shape`` is one GPU's share of a parallel layout (default: the whole model).
     """
     batch = whole("batch", batch, 1)
     prompt_len = whole("prompt_len", prompt_len, 1)
     cached_tokens = whole("cached_tokens", cached_tokens, 0)
     logits_tokens = batch if choice("logits", logits, ("all", "last")) == "last" else None
-    return _uniform_step(model, batch, prompt_len, cached_tokens, weights, kv_dtype, "prefill", logits_tokens)
+    return _uniform_step(model, batch, prompt_len, cached_tokens, weights, kv_dtype, "prefill", logits_tokens,
+                         shape)
 
 
 def decode_step(model: ModelSpec | str, batch: int, context_len: int, weights: Scheme | str = "W16A16",
-                kv_dtype: str = "fp16") -> StepCost:
+                kv_dtype: str = "fp16", shape: StepShape | None = None) -> StepCost:
     """One decode step: each of ``batch`` sequences with ``context_len`` cached tokens adds one token."""
     batch = whole("batch", batch, 1)
     context_len = whole("context_len", context_len, 0)
-    return _uniform_step(model, batch, 1, context_len, weights, kv_dtype, "decode")
+    return _uniform_step(model, batch, 1, context_len, weights, kv_dtype, "decode", shape=shape)
 
 
 def _uniform_step(model: ModelSpec | str, batch: int, new: int, cached: int, weights: Scheme | str, kv_dtype: str,
-                  phase: str, logits_tokens: int | None = None) -> StepCost:
+                  phase: str, logits_tokens: int | None = None, shape: StepShape | None = None) -> StepCost:
     """A step of ``batch`` equal sequences, each adding ``new`` tokens to ``cached``."""
-    step_model = StepModel(model, weights, kv_dtype)
+    step_model = StepModel(model, weights, kv_dtype, shape=shape)
     local_cached, local_pairs = local_view(step_model.spec, new, cached)
     return step_model.cost(batch, batch * new, batch * cached, batch * attention_pairs(new, cached), phase=phase,
                            logits_tokens=logits_tokens, local_cached=batch * local_cached,

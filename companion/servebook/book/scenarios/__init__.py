@@ -17,14 +17,17 @@ from .kv_cache import KV_7B_CLASS, KV_BUDGET, KV_TOY, KVBudget
 from .modern_caches import (COMPARE_CONTEXT, CONTEXT_CAPACITY, MOE_CASE, VLLM_RESERVATION, WINDOW_CASE, ContextCapacity,
                             MoECase, VllmReservation, WindowCase, all_global, as_mha, kv_per_token_by_kind)
 from .paged_attention import BLOCK_SIZE_MIX, PAGED_REQUEST, LengthMix, PagedRequest, chat_sessions, paging_walkthrough
+from .parallelism import BIG_MODEL, NODE_REQUESTS, SPLIT_JOBS, TENSOR_SIZES, BigModel, SplitJob
 from .prefill_decode import MEMORY_BUCKETS, PREFILL_DECODE, MemoryBuckets, RooflineCase
 from .quantization_basics import BINARY_TIE, ERROR_SAMPLES, SEED_OUTLIER, SEED_RANGE, SEED_WEIGHT, UNIT_RANGE
 
 __all__ = [
     "BATCHING_SERVER",
+    "BIG_MODEL",
     "BINARY_TIE",
     "BLOCK_SIZE_MIX",
     "BatchingServer",
+    "BigModel",
     "C9_SEED_WEIGHTS",
     "CAPACITY",
     "COMPARE_CONTEXT",
@@ -42,6 +45,7 @@ __all__ = [
     "MOE_CASE",
     "MemoryBuckets",
     "MoECase",
+    "NODE_REQUESTS",
     "OUTLIER_KINDS",
     "PAGED_REQUEST",
     "PREFILL_DECODE",
@@ -51,8 +55,11 @@ __all__ = [
     "SEED_OUTLIER",
     "SEED_RANGE",
     "SEED_WEIGHT",
+    "SPLIT_JOBS",
     "Scenario",
     "SeedBudget",
+    "SplitJob",
+    "TENSOR_SIZES",
     "UNIT_RANGE",
     "VLLM_RESERVATION",
     "VllmReservation",
