@@ -252,7 +252,8 @@ def test_every_registry_model_typed_into_the_boxes_gives_its_own_cache(name):
 
 def test_calculator_shows_the_layer_pattern_and_where_the_per_token_cost_stops():
     lines = dict(kv_widget.kv_calculator_rows("gemma-2-9b", seq_len=8192, batch=4))
-    assert lines["layers"] == "21 global + 21 sliding (W = 4,096): a sliding layer holds at most 4,096 tokens of a request"
+    assert lines["layers"] == ("21 global + 21 sliding (W = 4,096): "
+                               "a sliding layer holds at most 4,096 tokens of a request")
     assert lines["per token"].endswith("while S <= 4,096; past it only the 21 global layers grow")
     assert lines["per request"] == "S = 8,192: 2,113,929,216 bytes = 1.969 GiB = 2.114 GB"  # not 2.625 GiB
     assert lines["longest S"] == "58,319 tokens per request for B = 4 within the budget"

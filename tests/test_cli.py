@@ -76,7 +76,7 @@ def test_fit_counts_the_users_of_the_capacity_plan(weights):
     assert answer["users"] == plan.requests
     assert answer["weights_bytes"] == plan.weights and answer["leftover_bytes"] == plan.leftover
     assert run(f"fit llama-2-13b --gpu a100-80gb-sxm --weights {weights}").startswith(
-        f"llama-2-13b on a100-80gb-sxm: {plan.requests} users of 4,096 tokens")
+        f"Llama-2-13B on A100 80GB SXM: {plan.requests} users of 4,096 tokens")
 
 
 def test_fit_takes_context_overhead_groups_and_a_memory_size():

@@ -96,7 +96,8 @@ def kv_answer(args: argparse.Namespace) -> dict[str, Any]:
     spec = model_spec(args.model)
     context = whole("context", args.context)
     batch = whole("batch", args.batch)
-    return {"model": spec.name, "attention": spec.attention, "layers": spec.n_layers, "dtype": args.dtype,
+    return {"model": spec.name, "model_name": spec.display_name, "attention": spec.attention,
+            "layers": spec.n_layers, "dtype": args.dtype,
             "context": context, "batch": batch,
             "bytes_per_token": memory.kv_bytes_per_token(spec, args.dtype),
             "bytes_per_request": memory.kv_cache_bytes(spec, seq_len=context, dtype=args.dtype),
@@ -105,7 +106,7 @@ def kv_answer(args: argparse.Namespace) -> dict[str, Any]:
 
 def kv_text(a: dict[str, Any]) -> str:
     return pairs([
-        ("model", f"{a['model']}: {a['layers']} layers, {a['attention']}"),
+        ("model", f"{a['model_name']}: {a['layers']} layers, {a['attention']}"),
         ("KV dtype", a["dtype"]),
         ("per token", f"{a['bytes_per_token']:,} B = {fmt_bytes(a['bytes_per_token'], 'KiB')}"),
         ("per request", f"{a['context']:,} tokens: {a['bytes_per_request']:,} B = {fmt_both(a['bytes_per_request'])}"),
@@ -123,7 +124,8 @@ def plan_answer(args: argparse.Namespace) -> dict[str, Any]:
     weights = memory.weight_bytes(n_params, args.weights, group_size=group)
     per_user = memory.kv_cache_bytes(spec, seq_len=whole("context", args.context), dtype=args.kv_dtype)
     plan = memory.capacity_plan(gpu_bytes, weights, per_user, overhead=args.overhead)
-    return {"model": spec.name, "parameters": n_params, "gpu": device.name, "gpu_bytes": plan.gpu,
+    return {"model": spec.name, "model_name": spec.display_name, "parameters": n_params, "gpu": device.name,
+            "gpu_name": device.display_name, "gpu_bytes": plan.gpu,
             "weights_dtype": args.weights, "group_size": group, "weights_bytes": plan.weights,
             "overhead_bytes": plan.overhead, "kv_pool_bytes": plan.kv_pool, "context": args.context,
             "kv_dtype": args.kv_dtype, "bytes_per_user": plan.per_request, "users": plan.requests,
@@ -132,7 +134,7 @@ def plan_answer(args: argparse.Namespace) -> dict[str, Any]:
 
 def fit_text(a: dict[str, Any]) -> str:
     grouped = f", groups of {a['group_size']}" if a["group_size"] else ""
-    return (f"{a['model']} on {a['gpu']}: {a['users']:,} users of {a['context']:,} tokens\n"
+    return (f"{a['model_name']} on {a['gpu_name']}: {a['users']:,} users of {a['context']:,} tokens\n"
             f"({a['weights_dtype']} weights{grouped}, {a['kv_dtype']} KV cache, "
             f"{fmt_bytes(a['overhead_bytes'], 'GiB')} overhead)")
 
@@ -145,8 +147,8 @@ def plan_text(a: dict[str, Any]) -> str:
     cells += [("users", f"{a['users']:,}", ""),
               ("left over", f"{a['leftover_bytes'] / GiB:,.3f}", f"{a['leftover_bytes']:,}")]
     width = [max(len(c[i]) for c in cells) for i in range(3)]
-    lines = textwrap.wrap(f"{a['model']} ({a['parameters']:,} parameters) in {a['weights_dtype']}{grouped} "
-                          f"on {a['gpu']}; each user holds {a['context']:,} tokens of {a['kv_dtype']} KV cache",
+    lines = textwrap.wrap(f"{a['model_name']} ({a['parameters']:,} parameters) in {a['weights_dtype']}{grouped} "
+                          f"on {a['gpu_name']}; each user holds {a['context']:,} tokens of {a['kv_dtype']} KV cache",
                           WIDTH)
     lines.append(f"{'':{width[0]}}  {'GiB':>{width[1]}}  {'bytes':>{width[2]}}")
     lines += [f"{k:{width[0]}}  {g:>{width[1]}}  {b:>{width[2]}}".rstrip() for k, g, b in cells]

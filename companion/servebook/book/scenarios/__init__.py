@@ -14,8 +14,20 @@ from .choosing_the_lever import LEVER_SCENARIOS, Scenario
 from .continuous_batching import BATCHING_SERVER, BatchingServer, batching_runs, batching_trace
 from .gptq_awq import OUTLIER_KINDS, planted_outliers, relative_error
 from .kv_cache import KV_7B_CLASS, KV_BUDGET, KV_TOY, KVBudget
-from .modern_caches import (COMPARE_CONTEXT, CONTEXT_CAPACITY, MOE_CASE, VLLM_RESERVATION, WINDOW_CASE, ContextCapacity,
-                            MoECase, VllmReservation, WindowCase, all_global, as_mha, kv_per_token_by_kind)
+from .modern_caches import (
+    COMPARE_CONTEXT,
+    CONTEXT_CAPACITY,
+    MOE_CASE,
+    VLLM_RESERVATION,
+    WINDOW_CASE,
+    ContextCapacity,
+    MoECase,
+    VllmReservation,
+    WindowCase,
+    all_global,
+    as_mha,
+    kv_per_token_by_kind,
+)
 from .paged_attention import BLOCK_SIZE_MIX, PAGED_REQUEST, LengthMix, PagedRequest, chat_sessions, paging_walkthrough
 from .parallelism import BIG_MODEL, NODE_REQUESTS, SPLIT_JOBS, TENSOR_SIZES, BigModel, SplitJob
 from .prefill_decode import MEMORY_BUCKETS, PREFILL_DECODE, MemoryBuckets, RooflineCase
