@@ -8,7 +8,6 @@ reader sees.
 
 from __future__ import annotations
 
-import html
 import math
 from fractions import Fraction
 from numbers import Real
@@ -198,53 +197,47 @@ def kv_calculator(model: str = KV_BUDGET.model, seq_len: int = KV_BUDGET.seq_len
     layers, d_model, heads, KV heads and the head width, a window W with the
     number of local layers (sliding or chunked; 0 local layers: all of them),
     and MLA's latent and rope key (0: no window, no latent).  Bad input shows
-    its error message instead of a number.
+    its error message instead of a number.  A :class:`~.layout.Panel`: its
+    ``controls`` are named after :func:`kv_calculator_rows`'s arguments and the shape fields.
     """
     import ipywidgets as w
 
+    from .layout import Panel
+
     checks.choice("model", model, [*models.names(), CUSTOM])
     choices = [(models.display_name(name), name) for name in models.names()] + [(CUSTOM, CUSTOM)]
-    style = {"description_width": "110px"}
-    model_box = w.Dropdown(options=choices, value=model, description="model", style=style)
-    shape = {field: w.BoundedIntText(min=low, max=high, description=label, style=style)
-             for field, (label, low, high) in _SHAPE_BOXES.items()}
-    shape["local_kind"] = w.Dropdown(options=[SLIDING, CHUNKED], description="local kind", style=style)
-    seq_box = w.BoundedIntText(value=seq_len, min=1, max=10**8, description="seq len S", style=style)
-    batch_box = w.BoundedIntText(value=batch, min=1, max=10**6, description="batch B", style=style)
-    dtype_box = w.Dropdown(options=list(DTYPE_BYTES), value=canonical_dtype(dtype), description="dtype", style=style)
-    budget_box = w.BoundedFloatText(value=budget, min=0.001, max=10**6, description="budget", style=style)
-    unit_box = w.ToggleButtons(options=list(BUDGET_UNITS), value=budget_unit, description="unit", style=style)
-    out = w.HTML()
+    shape = {field: (label, w.BoundedIntText(min=low, max=high)) for field, (label, low, high) in _SHAPE_BOXES.items()}
+    shape["local_kind"] = ("local kind", w.Dropdown(options=[SLIDING, CHUNKED]))
+    panel = Panel({
+        "model": ("model", w.Dropdown(options=choices, value=model)), **shape,
+        "seq_len": ("seq len S", w.BoundedIntText(value=seq_len, min=1, max=10**8)),
+        "batch": ("batch B", w.BoundedIntText(value=batch, min=1, max=10**6)),
+        "dtype": ("dtype", w.Dropdown(options=list(DTYPE_BYTES), value=canonical_dtype(dtype))),
+        "budget": ("budget", w.BoundedFloatText(value=budget, min=0.001, max=10**6)),
+        "budget_unit": ("unit", w.ToggleButtons(options=list(BUDGET_UNITS), value=budget_unit)),
+    })
+    boxes = panel.controls
+    shape_boxes = [boxes[field] for field in shape]
 
     def fill_shape(name: str) -> None:
-        custom = name == CUSTOM
-        if not custom:
+        if name != CUSTOM:
             for field, value in shape_fields(models.get(name)).items():
-                shape[field].value = value
-        for box in shape.values():
-            box.disabled = not custom
+                boxes[field].value = value
+        for box in shape_boxes:
+            box.disabled = name != CUSTOM
 
-    def refresh(*_) -> None:
-        try:
-            if model_box.value == CUSTOM:
-                spec = model_from_fields(**{field: box.value for field, box in shape.items()})
-            else:
-                spec = models.get(model_box.value)
-            text = kv_calculator_text(spec, seq_len=seq_box.value, batch=batch_box.value, dtype=dtype_box.value,
-                                      budget=budget_box.value, budget_unit=unit_box.value)
-        except (ValueError, TypeError) as error:
-            text = f"cannot compute: {error}"
-        out.value = f"<pre>{html.escape(text)}</pre>"
+    def spec() -> ModelSpec:
+        if boxes["model"].value == CUSTOM:
+            return model_from_fields(**{field: boxes[field].value for field in shape})
+        return models.get(boxes["model"].value)
 
-    def on_model(change) -> None:
-        fill_shape(change["new"])
-        refresh()
+    def refresh(change=None) -> None:
+        if change is not None and change["owner"] is boxes["model"]:
+            fill_shape(change["new"])
+        panel.show(lambda: kv_calculator_text(spec(), seq_len=boxes["seq_len"].value, batch=boxes["batch"].value,
+                                              dtype=boxes["dtype"].value, budget=boxes["budget"].value,
+                                              budget_unit=boxes["budget_unit"].value))
 
     fill_shape(model)
-    model_box.observe(on_model, names="value")
-    for box in (*shape.values(), seq_box, batch_box, dtype_box, budget_box, unit_box):
-        box.observe(refresh, names="value")
-    refresh()
-    inputs = w.HBox([w.VBox([model_box, *shape.values()]),
-                     w.VBox([seq_box, batch_box, dtype_box, budget_box, unit_box])])
-    return w.VBox([inputs, out])
+    panel.follow(refresh)
+    return panel
