@@ -116,9 +116,10 @@ def execute_page(path: Path, timeout: int = 600) -> PageResult:
 
 
 def write_figures(root: Path) -> list[Path]:
-    from servebook.book import figures
+    """Every figure, and the data the site's calculators read (``ojs/calculators.json``): both before rendering."""
+    from servebook.book import calculators, figures
 
-    return figures.save_all(root / "figures")
+    return [*figures.save_all(root / "figures"), calculators.write(root / "ojs")]
 
 
 def execute_all(paths: list[Path]) -> tuple[list[PageResult], list[str]]:

@@ -31,12 +31,17 @@ def size_bytes(name: str, value: Real, unit: str, allow_zero: bool = True) -> in
     return math.floor(Fraction(str(value)) * UNITS[unit])
 
 
-def _experts_line(spec: ModelSpec) -> list[str]:
-    """For a mixture of experts: memory holds every expert, whatever a token uses."""
+def experts_text(spec: ModelSpec) -> str | None:
+    """For a mixture of experts: memory holds every expert, whatever a token uses (None for a dense model)."""
     if spec.moe is None:
-        return []
-    return [f"experts      all {spec.moe.n_experts} experts are held; {spec.count_active_params():,} parameters "
-            "are active per token (they set the FLOPs, not the memory)"]
+        return None
+    return (f"all {spec.moe.n_experts} experts are held; {spec.count_active_params():,} parameters "
+            "are active per token (they set the FLOPs, not the memory)")
+
+
+def _experts_line(spec: ModelSpec) -> list[str]:
+    text = experts_text(spec)
+    return [] if text is None else [f"experts      {text}"]
 
 
 def _window_note(spec: ModelSpec) -> str:

@@ -72,6 +72,11 @@ def _plural(count, noun: str) -> str:
     return f"{_number(float(count))} {noun}{'' if count == 1 else 's'}"
 
 
+def element_text(dtype: str) -> str:
+    """"2 bytes per element", "0.5 bytes per element": what one element of ``dtype`` occupies."""
+    return f"{_plural(bytes_per_element(dtype), 'byte')} per element"
+
+
 def fmt_unit(n_bytes: int, family: str = "binary") -> str:
     """``n_bytes`` in the largest unit of ``family`` ("binary": KiB..GiB, "decimal": KB..GB) it reaches."""
     checks.choice("family", family, ("binary", "decimal"))
@@ -89,7 +94,7 @@ def fmt_size(n_bytes: int) -> str:
     return f"{n_bytes:,} bytes = {fmt_unit(n_bytes, 'binary')} = {fmt_unit(n_bytes, 'decimal')}"
 
 
-def _attention(spec: ModelSpec) -> str:
+def attention_text(spec: ModelSpec) -> str:
     """The attention and the width one token stores per layer, in the words of the chapters."""
     if spec.mla is not None:
         return (f"MLA, L = {spec.n_layers} layers, latent {spec.mla.kv_rank:,} + rope key {spec.mla.rope_dim:,} "
@@ -98,7 +103,8 @@ def _attention(spec: ModelSpec) -> str:
             f"kv_dim = {_plural(spec.n_kv_heads, 'KV head')} × {spec.head_dim} = {spec.kv_dim:,}")
 
 
-def _layer_pattern(spec: ModelSpec) -> str:
+def layer_pattern_text(spec: ModelSpec) -> str:
+    """How many layers are global and how many local, and the most tokens a local layer holds."""
     kind, span = spec.local_kind, spec.local_span
     return (f"{spec.layers_of(GLOBAL)} global + {spec.layers_of(kind)} {kind} (W = {span:,}): "
             f"a {kind} layer holds at most {span:,} tokens of a request")
@@ -135,9 +141,9 @@ def kv_calculator_rows(model: ModelSpec | str, seq_len: int, batch: int = 1, dty
         return fmt_unit(n, family)
 
     rows = [
-        ("model", f"{spec.display_name}: {_attention(spec)}"),
-        *([("layers", _layer_pattern(spec))] if spec.local_kind else []),
-        ("dtype", f"{dtype}, {_plural(bytes_per_element(dtype), 'byte')} per element"),
+        ("model", f"{spec.display_name}: {attention_text(spec)}"),
+        *([("layers", layer_pattern_text(spec))] if spec.local_kind else []),
+        ("dtype", f"{dtype}, {element_text(dtype)}"),
         ("per token", fmt_size(per_token) + _past_the_window(spec)),
         ("per request", f"S = {seq_len:,}: {fmt_size(per_request)}"),
         ("batch", f"B = {batch:,}: {fmt_size(total)}"),
