@@ -34,6 +34,7 @@ def test_controls_wrap_to_the_column(build):
     row = panel.children[0]
     assert row.layout.flex_flow == "row wrap" and row.layout.max_width == "100%"
     assert panel.layout.max_width == "100%" and panel.output.layout.max_width == "100%"
+    assert panel.output.layout.overflow == "auto"  # a line longer than the column scrolls inside the text
     for control in panel.controls.values():
         if isinstance(control, w.ToggleButtons):
             assert control.style.button_width == layout.BUTTON_WIDTH

@@ -9,7 +9,7 @@ not typeset, so the book's widgets use no description, ``Label`` or ``HTMLMath``
 
 The controls sit in one row that wraps, each of a fixed width, so a panel is never wider
 than the page's column; the text below them is at most as wide as the column (a longer
-line scrolls inside its ``<pre>``, as the page's other output blocks do).
+line scrolls inside it, as the page's other output blocks do).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class Panel(w.VBox):
     def __init__(self, controls: dict[str, tuple[str, w.Widget]]) -> None:
         labelled = [w.HBox([w.HTML(html.escape(label), layout=w.Layout(width=LABEL_WIDTH)), sized(control)])
                     for label, control in controls.values()]
-        output = w.HTML(layout=w.Layout(max_width="100%"))
+        output = w.HTML(layout=w.Layout(max_width="100%", overflow="auto"))
         super().__init__([w.Box(labelled, layout=w.Layout(flex_flow="row wrap", max_width="100%")), output],
                          layout=w.Layout(max_width="100%"))
         self.controls = {name: control for name, (_, control) in controls.items()}
