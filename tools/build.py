@@ -3,7 +3,7 @@
 Usage (from the repository root)::
 
     python -m tools.build              # everything: figures, reference, execute, notebooks, render
-    python -m tools.build figures      # only rewrite figures/
+    python -m tools.build figures      # only rewrite figures/ and the calculators' data (ojs/)
     python -m tools.build reference    # only rewrite the API reference pages from the docstrings
     python -m tools.build page chapters/kv-cache.qmd   # execute one page, report
     python -m tools.build notebooks    # execute the chapter and exercise pages, write their notebooks
