@@ -151,8 +151,8 @@ def test_capacity_text_counts_a_window_only_for_its_layers():
 
 
 def test_the_planners_menus_show_display_names():
-    boxes = widget.capacity_planner().children[0].children[0].children
-    model_box, gpu_box = boxes[0], boxes[1]
+    boxes = widget.capacity_planner().controls
+    model_box, gpu_box = boxes["model"], boxes["gpu"]
     assert dict(model_box.options)["Llama-2-13B"] == "llama-2-13b"
     assert dict(gpu_box.options)["A100 80GB SXM"] == "a100-80gb-sxm" and gpu_box.value == "a100-80gb-sxm"
 

@@ -219,9 +219,9 @@ def test_custom_model_rejects_heads_that_do_not_divide():
 def test_widget_shows_the_text_function_and_follows_its_inputs():
     pytest.importorskip("ipywidgets")
     widget = kv_widget.kv_calculator()
-    (left, right), out = widget.children[0].children, widget.children[1]
-    model_box, *shape = left.children
-    seq_box, batch_box, dtype_box, budget_box, unit_box = right.children
+    out, boxes = widget.output, widget.controls
+    model_box, unit_box = boxes["model"], boxes["budget_unit"]
+    shape = [boxes[field] for field in [*kv_widget._SHAPE_BOXES, "local_kind"]]
     assert out.value == f"<pre>{html.escape(kv_widget.kv_calculator_text('llama-2-13b', 4096))}</pre>"
     assert all(box.disabled for box in shape)
     unit_box.value = "GB"
@@ -306,9 +306,7 @@ def test_zero_in_a_box_means_none():
 def test_widget_fills_the_new_boxes_and_computes_a_typed_window():
     pytest.importorskip("ipywidgets")
     widget = kv_widget.kv_calculator()
-    (left, _), out = widget.children[0].children, widget.children[1]
-    model_box, *boxes = left.children
-    shape = dict(zip([*kv_widget._SHAPE_BOXES, "local_kind"], boxes, strict=True))
+    out, model_box, shape = widget.output, widget.controls["model"], widget.controls
     assert dict(model_box.options)["Gemma-2-9B"] == "gemma-2-9b"  # display names, registry ids as values
     model_box.value = "gemma-2-9b"
     assert (shape["window"].value, shape["local_layers"].value, shape["head_dim"].value) == (4096, 21, 256)

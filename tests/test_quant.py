@@ -500,9 +500,8 @@ def test_explorer_widget_builds_and_reports_bad_input():
     from servebook.book.widgets import quant as explorer
 
     widget = explorer.quant_explorer()
-    inputs, out = widget.children
+    out, min_box = widget.output, widget.controls["r_min"]
     assert "q = 10" in out.value
-    min_box = inputs.children[0].children[0]
     min_box.value = "2"  # r_min > r_max
     assert "cannot compute" in out.value and "r_min &gt; r_max" in out.value
     with pytest.raises(ValueError, match="r_min > r_max"):

@@ -3,7 +3,7 @@
 Usage (from the repository root)::
 
     python -m tools.build              # everything: figures, reference, execute, notebooks, render
-    python -m tools.build figures      # only rewrite figures/
+    python -m tools.build figures      # only rewrite figures/ and the calculators' data (ojs/)
     python -m tools.build reference    # only rewrite the API reference pages from the docstrings
     python -m tools.build page chapters/kv-cache.qmd   # execute one page, report
     python -m tools.build notebooks    # execute the chapter and exercise pages, write their notebooks
@@ -116,9 +116,10 @@ def execute_page(path: Path, timeout: int = 600) -> PageResult:
 
 
 def write_figures(root: Path) -> list[Path]:
-    from servebook.book import figures
+    """Every figure, and the data the site's calculators read (``ojs/calculators.json``): both before rendering."""
+    from servebook.book import calculators, figures
 
-    return figures.save_all(root / "figures")
+    return [*figures.save_all(root / "figures"), calculators.write(root / "ojs")]
 
 
 def execute_all(paths: list[Path]) -> tuple[list[PageResult], list[str]]:

@@ -35,9 +35,12 @@ REPOSITORY = "https://github.com/servebook/servebook"
 COLAB_BASE = "https://colab.research.google.com/github/servebook/servebook/blob/gh-pages/notebooks"
 INSTALL_VARIABLE = "SERVEBOOK_INSTALL"
 NOTEBOOK_FOLDERS = ("chapters", "exercises")
+# A notebook shows what Quarto's ipynb format would (content-visible when-format="ipynb": the widgets).
+NOTEBOOK_FORMAT = "ipynb"
 # Quarto's own markup, which a notebook must not show: inline expressions, div fences, references,
-# anchors and attributes, citation keys, and the page's badge (a notebook is already open in Colab).
-QUARTO_MARKUP = re.compile(r"`\{python\}|^\s*(?:>\s*)*:::|(?<![\w`])-?@(?:fig|eq|sec|tbl)-|\{#|\[-?@|colab-badge")
+# anchors and attributes, citation keys, the page's badge (a notebook is already open in Colab), OJS cells.
+QUARTO_MARKUP = re.compile(r"`\{python\}|^\s*(?:>\s*)*:::|(?<![\w`])-?@(?:fig|eq|sec|tbl)-|\{#|\[-?@|colab-badge"
+                           r"|\{ojs\}")
 
 
 def build_commit(root: Path) -> str:
@@ -155,7 +158,7 @@ def write_notebooks(root: Path, results: list, out: Path, commit: str | None = N
 
     commit = commit or build_commit(root)
     site = site_url(root)
-    book = book_context(root, render.Style(lambda page, anchor: f"{site}{page}#{anchor}"))
+    book = book_context(root, render.Style(lambda page, anchor: f"{site}{page}#{anchor}", format=NOTEBOOK_FORMAT))
     written = []
     for result in results:
         page = page_of(root, result.path)

@@ -17,6 +17,10 @@ from pathlib import Path
 from . import render
 from .pages import book_context, page_of
 
+# The preview is the site without Quarto: it shows what the site shows (content-visible when-format="html"),
+# and a placeholder for each Observable JS cell, which only a browser on the rendered site runs.
+PREVIEW_FORMAT = "html"
+
 
 def relative_href(here: str, there: str, anchor: str) -> str:
     """A link from page ``here`` to ``anchor`` on page ``there`` (addresses relative to the site's root)."""
@@ -55,10 +59,12 @@ def write(root: Path, results: list, out: Path) -> Path:
     exporter = HTMLExporter(config=config)
 
     links = []
-    whole_book = book_context(root, render.Style(lambda there, anchor: f"{there}#{anchor}", anchors=True))
+    whole_book = book_context(root, render.Style(lambda there, anchor: f"{there}#{anchor}", anchors=True,
+                                                 format=PREVIEW_FORMAT))
     for result in results:
         page = page_of(root, result.path)
-        style = render.Style(lambda there, anchor, here=page.html: relative_href(here, there, anchor), anchors=True)
+        style = render.Style(lambda there, anchor, here=page.html: relative_href(here, there, anchor), anchors=True,
+                             format=PREVIEW_FORMAT)
         book = replace(whole_book, style=style)
         notebook = preview_notebook(result.notebook, render.render(result.notebook.cells, page, book))
         body, _ = exporter.from_notebook_node(notebook)

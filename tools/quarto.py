@@ -163,3 +163,23 @@ def colab_badge(source: str) -> Badge | None:
         return None
     gpu = bool(re.search(r'\baccelerator="GPU"', match.group("attrs") or ""))
     return Badge(match.group("alt"), match.group("url"), gpu)
+
+
+# --- content for one format, and Observable JS cells
+
+# ::: {.content-visible when-format="html"} ... :::  (or unless-format, or .content-hidden): Quarto keeps or drops
+# the block per output format; the preview is "html", the Colab notebooks "ipynb".
+VISIBILITY = re.compile(r"\.content-(visible|hidden)\b")
+FORMAT_CONDITION = re.compile(r'\b(when|unless)-format="([^"]*)"')
+# An Observable JS cell: Quarto runs it in the reader's browser; jupytext leaves it in the Markdown.
+OJS_FENCE = re.compile(r"^\s*(`{3,})\s*\{ojs\}\s*$")
+
+
+def shown_in_format(attributes: str, output_format: str) -> bool:
+    """Whether a div with ``attributes`` shows in ``output_format``, as Quarto's content-visible/-hidden decide."""
+    visibility = VISIBILITY.search(attributes)
+    if not visibility:
+        return True
+    conditions = dict(FORMAT_CONDITION.findall(attributes))
+    applies = conditions.get("when", output_format) == output_format and conditions.get("unless") != output_format
+    return applies if visibility.group(1) == "visible" else not applies

@@ -16,7 +16,18 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from .quarto import ANY_BADGE, HEADING_ATTRS, OPTION, PIPE_CAPTION, BookPage, cell_options, heading_is_unnumbered
+from .quarto import (
+    ANY_BADGE,
+    HEADING_ATTRS,
+    OJS_FENCE,
+    OPTION,
+    PIPE_CAPTION,
+    VISIBILITY,
+    BookPage,
+    cell_options,
+    heading_is_unnumbered,
+    shown_in_format,
+)
 
 REFERENCE = re.compile(r"(?<![\w@`/])(-?)@((?:sec|fig|tbl|eq)-[\w-]*\w)")
 CITE_GROUP = re.compile(r"\[([^\[\]]*?(?<![\w.])-?@[A-Za-z][^\[\]]*?)\](?![(\[{])")
@@ -34,6 +45,14 @@ HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*$")
 KINDS = {"fig": "Figure", "tbl": "Table", "eq": "Equation", "sec": "Section", "chapter": "Chapter",
          "appendix": "Appendix"}
 CALLOUT_TITLES = {"note": "Note", "tip": "Tip", "warning": "Warning", "important": "Important", "caution": "Caution"}
+# What stands for an Observable JS cell, which only a browser on the rendered site runs.
+OJS_PLACEHOLDER = {
+    "html": ('<div class="ojs-placeholder" style="border: 1px dashed #888; padding: 0.5em 1em;">'
+             "<b>Interactive cell (Observable JS).</b> It runs in the reader's browser on the site that "
+             "<code>quarto render</code> builds; this preview cannot run it.</div>"),
+    "ipynb": ("> **Interactive cell (Observable JS).** It runs in the reader's browser on the book's web page; "
+              "a notebook cannot run it."),
+}
 
 
 @dataclass(frozen=True)
@@ -57,6 +76,7 @@ class Style:
 
     href: Callable[[str, str], str]   # (page address, anchor) -> link
     anchors: bool = False             # write <a id="label"></a> where a label is defined
+    format: str = "ipynb"             # the output format, for content-visible/-hidden blocks: "ipynb" or "html"
 
 
 @dataclass(frozen=True)
@@ -87,7 +107,7 @@ class Code:
 
 @dataclass
 class _Div:
-    kind: str                    # "callout", "float", "refs", "other"
+    kind: str                    # "callout", "float", "refs", "hidden" (not in this format), "other"
     label: str = ""
     callout: str = ""
     title: str = ""
@@ -122,6 +142,8 @@ class _Walk:
     divs: list[_Div] = field(default_factory=list)
     fence: str = ""
     out: list[str] = field(default_factory=list)
+    ojs: bool = False                 # the open fence is an Observable JS cell's
+    placeholder_end: int | None = None  # where the last OJS placeholder of this cell ends
 
     # --- labels and numbers
 
@@ -181,7 +203,14 @@ class _Walk:
         """The blockquote prefix of the open callouts (the first ``depth`` of them) that are not folded."""
         return "".join("> " for d in self.divs[:depth] if d.kind == "callout" and not d.collapse)
 
+    @property
+    def hidden(self) -> bool:
+        """Inside a block that this format does not show (``.content-visible when-format=...``)."""
+        return any(div.kind == "hidden" for div in self.divs)
+
     def emit(self, line: str) -> None:
+        if self.hidden:
+            return
         unopened = [d for d in self.divs if d.kind == "callout" and not d.shown]
         if unopened and not line.strip():
             return  # blank lines before a callout's first words
@@ -210,7 +239,11 @@ class _Walk:
     def open_div(self, attrs: str) -> None:
         label = re.match(r"#((?:fig|tbl)-[\w-]+)", attrs.strip())
         callout = re.search(r"\.callout-(\w+)", attrs)
-        if label:
+        if not shown_in_format(attrs, self.book.style.format):
+            self.divs.append(_Div("hidden"))
+        elif VISIBILITY.search(attrs):
+            self.divs.append(_Div("other"))
+        elif label:
             self.number(label.group(1))
             self.divs.append(_Div("float", label=label.group(1), start=len(self.out)))
         elif callout:
@@ -274,15 +307,27 @@ class _Walk:
         shown = f"{number} {title}" if number else title
         self.emit(f"{hashes} {shown} {self.anchor(label.group(1)) if label else ''}".rstrip())
 
+    def ojs_placeholder(self) -> None:
+        """One placeholder for a run of Observable JS cells (they run only in a browser on the site)."""
+        after = self.out[self.placeholder_end:] if self.placeholder_end is not None else None
+        if self.hidden or (after is not None and not any(line.strip() for line in after)):
+            return
+        self.emit(OJS_PLACEHOLDER[self.book.style.format])
+        self.placeholder_end = len(self.out)
+
     def line(self, line: str) -> None:
         if self.fence:
-            self.emit(line)
+            if not self.ojs:
+                self.emit(line)
             if line.strip().startswith(self.fence) and not line.strip()[len(self.fence):].strip():
-                self.fence = ""
+                self.fence, self.ojs = "", False
             return
         fence, opened, heading = FENCE.match(line), DIV_OPEN.match(line), HEADING.match(line)
-        caption = PIPE_CAPTION.match(line)
-        if fence:
+        caption, ojs = PIPE_CAPTION.match(line), OJS_FENCE.match(line)
+        if ojs:
+            self.fence, self.ojs = ojs.group(1), True
+            self.ojs_placeholder()
+        elif fence:
             self.fence = fence.group(1)
             self.emit(line)
         elif DIV_CLOSE.match(line) and self.divs:
@@ -302,7 +347,7 @@ class _Walk:
     # --- cells
 
     def markdown(self, source: str) -> Markdown | None:
-        self.out = []
+        self.out, self.placeholder_end = [], None
         for div in self.divs:
             div.start = 0
         for line in _protect(source, self.inline).splitlines():
@@ -318,6 +363,8 @@ class _Walk:
         lines = cell.source.splitlines()
         option_lines = next((i for i, line in enumerate(lines) if not OPTION.match(line)), len(lines))
         cell.source = "\n".join(lines[option_lines:]).strip("\n")
+        if self.hidden:
+            return []  # a cell for another format (the notebook's widget is not the site's)
         for div in self.divs:
             div.awaiting_title = False  # a heading after the code is not the callout's title
         label = options.get("label", "")

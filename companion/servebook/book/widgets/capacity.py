@@ -8,7 +8,6 @@ reader sees.
 
 from __future__ import annotations
 
-import html
 import math
 from fractions import Fraction
 from numbers import Real
@@ -32,12 +31,17 @@ def size_bytes(name: str, value: Real, unit: str, allow_zero: bool = True) -> in
     return math.floor(Fraction(str(value)) * UNITS[unit])
 
 
-def _experts_line(spec: ModelSpec) -> list[str]:
-    """For a mixture of experts: memory holds every expert, whatever a token uses."""
+def experts_text(spec: ModelSpec) -> str | None:
+    """For a mixture of experts: memory holds every expert, whatever a token uses (None for a dense model)."""
     if spec.moe is None:
-        return []
-    return [f"experts      all {spec.moe.n_experts} experts are held; {spec.count_active_params():,} parameters "
-            "are active per token (they set the FLOPs, not the memory)"]
+        return None
+    return (f"all {spec.moe.n_experts} experts are held; {spec.count_active_params():,} parameters "
+            "are active per token (they set the FLOPs, not the memory)")
+
+
+def _experts_line(spec: ModelSpec) -> list[str]:
+    text = experts_text(spec)
+    return [] if text is None else [f"experts      {text}"]
 
 
 def _window_note(spec: ModelSpec) -> str:
@@ -103,46 +107,43 @@ def capacity_text(model: ModelSpec | str = DEFAULT.model, gpu: str = DEFAULT.gpu
     return "\n".join(lines)
 
 
+GROUP_CHOICES = (("none", 0), ("32", 32), ("64", 64), ("128", 128))
+"""The INT4 group menu: 0 stands for "no groups" (a menu whose value is None shows a blank box)."""
+
+
 def capacity_planner(model: str = DEFAULT.model, gpu: str = DEFAULT.gpu, weights: str = "fp16",
                      overhead: float = DEFAULT.overhead / GiB, seq_len: int = DEFAULT.seq_len,
                      kv_dtype: str = DEFAULT.kv_dtype, unit: str = "GiB"):
     """The interactive planner (ipywidgets): change the model, GPU, precisions, overhead or S; see who fits.
 
-    Bad input shows its error message instead of a number.
+    Bad input shows its error message instead of a number.  A :class:`~.layout.Panel`
+    whose ``controls`` are named after :func:`capacity_text`'s arguments.
     """
     import ipywidgets as w
 
+    from .layout import Panel
+
     gpus = [(device.display_name, name) for name, device in roofline.GPUS.items()] + [(CUSTOM_GPU, CUSTOM_GPU)]
-    style = {"description_width": "110px"}
-    model_box = w.Dropdown(options=[(models.display_name(n), n) for n in models.names() if models.get(n).n_params],
-                           value=model, description="model", style=style)
-    gpu_box = w.Dropdown(options=gpus, value=gpu, description="GPU", style=style)
-    memory_box = w.BoundedFloatText(value=80.0, min=0.001, max=10**6, description="custom memory", style=style,
-                                    disabled=gpu != CUSTOM_GPU)
-    weights_box = w.Dropdown(options=list(WEIGHT_DTYPES), value=weights, description="weights", style=style)
-    group_box = w.Dropdown(options=[("none", None), ("32", 32), ("64", 64), ("128", 128)], value=None,
-                           description="INT4 group", style=style)
-    overhead_box = w.BoundedFloatText(value=overhead, min=0, max=10**6, description="overhead", style=style)
-    seq_box = w.BoundedIntText(value=seq_len, min=1, max=10**8, description="seq len S", style=style)
-    kv_box = w.Dropdown(options=list(DTYPE_BYTES), value=canonical_dtype(kv_dtype), description="KV dtype",
-                        style=style)
-    unit_box = w.ToggleButtons(options=list(SIZE_UNITS), value=unit, description="unit", style=style)
-    out = w.HTML()
+    planned = [(models.display_name(n), n) for n in models.names() if models.get(n).n_params]
+    panel = Panel({
+        "model": ("model", w.Dropdown(options=planned, value=model)),
+        "gpu": ("GPU", w.Dropdown(options=gpus, value=gpu)),
+        "gpu_memory": ("custom memory", w.BoundedFloatText(value=80.0, min=0.001, max=10**6,
+                                                           disabled=gpu != CUSTOM_GPU)),
+        "weights": ("weights", w.Dropdown(options=list(WEIGHT_DTYPES), value=weights)),
+        "group_size": ("INT4 group", w.Dropdown(options=GROUP_CHOICES, value=0)),
+        "overhead": ("overhead", w.BoundedFloatText(value=overhead, min=0, max=10**6)),
+        "seq_len": ("seq len S", w.BoundedIntText(value=seq_len, min=1, max=10**8)),
+        "kv_dtype": ("KV dtype", w.Dropdown(options=list(DTYPE_BYTES), value=canonical_dtype(kv_dtype))),
+        "unit": ("unit", w.ToggleButtons(options=list(SIZE_UNITS), value=unit)),
+    })
+    boxes = panel.controls
 
     def refresh(*_) -> None:
-        memory_box.disabled = gpu_box.value != CUSTOM_GPU
-        try:
-            text = capacity_text(model_box.value, gpu_box.value, weights_box.value, overhead_box.value,
-                                 seq_box.value, kv_box.value, unit_box.value, group_size=group_box.value,
-                                 gpu_memory=memory_box.value)
-        except (ValueError, TypeError) as error:
-            text = f"cannot compute: {error}"
-        out.value = f"<pre>{html.escape(text)}</pre>"
+        boxes["gpu_memory"].disabled = boxes["gpu"].value != CUSTOM_GPU
+        values = {name: box.value for name, box in boxes.items()}
+        values["group_size"] = values["group_size"] or None
+        panel.show(lambda: capacity_text(**values))
 
-    boxes = (model_box, gpu_box, memory_box, weights_box, group_box, overhead_box, seq_box, kv_box, unit_box)
-    for box in boxes:
-        box.observe(refresh, names="value")
-    refresh()
-    inputs = w.HBox([w.VBox([model_box, gpu_box, memory_box, weights_box, group_box]),
-                     w.VBox([overhead_box, seq_box, kv_box, unit_box])])
-    return w.VBox([inputs, out])
+    panel.follow(refresh)
+    return panel

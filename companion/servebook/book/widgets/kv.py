@@ -8,7 +8,6 @@ reader sees.
 
 from __future__ import annotations
 
-import html
 import math
 from fractions import Fraction
 from numbers import Real
@@ -73,6 +72,11 @@ def _plural(count, noun: str) -> str:
     return f"{_number(float(count))} {noun}{'' if count == 1 else 's'}"
 
 
+def element_text(dtype: str) -> str:
+    """"2 bytes per element", "0.5 bytes per element": what one element of ``dtype`` occupies."""
+    return f"{_plural(bytes_per_element(dtype), 'byte')} per element"
+
+
 def fmt_unit(n_bytes: int, family: str = "binary") -> str:
     """``n_bytes`` in the largest unit of ``family`` ("binary": KiB..GiB, "decimal": KB..GB) it reaches."""
     checks.choice("family", family, ("binary", "decimal"))
@@ -90,7 +94,7 @@ def fmt_size(n_bytes: int) -> str:
     return f"{n_bytes:,} bytes = {fmt_unit(n_bytes, 'binary')} = {fmt_unit(n_bytes, 'decimal')}"
 
 
-def _attention(spec: ModelSpec) -> str:
+def attention_text(spec: ModelSpec) -> str:
     """The attention and the width one token stores per layer, in the words of the chapters."""
     if spec.mla is not None:
         return (f"MLA, L = {spec.n_layers} layers, latent {spec.mla.kv_rank:,} + rope key {spec.mla.rope_dim:,} "
@@ -99,7 +103,8 @@ def _attention(spec: ModelSpec) -> str:
             f"kv_dim = {_plural(spec.n_kv_heads, 'KV head')} × {spec.head_dim} = {spec.kv_dim:,}")
 
 
-def _layer_pattern(spec: ModelSpec) -> str:
+def layer_pattern_text(spec: ModelSpec) -> str:
+    """How many layers are global and how many local, and the most tokens a local layer holds."""
     kind, span = spec.local_kind, spec.local_span
     return (f"{spec.layers_of(GLOBAL)} global + {spec.layers_of(kind)} {kind} (W = {span:,}): "
             f"a {kind} layer holds at most {span:,} tokens of a request")
@@ -136,9 +141,9 @@ def kv_calculator_rows(model: ModelSpec | str, seq_len: int, batch: int = 1, dty
         return fmt_unit(n, family)
 
     rows = [
-        ("model", f"{spec.display_name}: {_attention(spec)}"),
-        *([("layers", _layer_pattern(spec))] if spec.local_kind else []),
-        ("dtype", f"{dtype}, {_plural(bytes_per_element(dtype), 'byte')} per element"),
+        ("model", f"{spec.display_name}: {attention_text(spec)}"),
+        *([("layers", layer_pattern_text(spec))] if spec.local_kind else []),
+        ("dtype", f"{dtype}, {element_text(dtype)}"),
         ("per token", fmt_size(per_token) + _past_the_window(spec)),
         ("per request", f"S = {seq_len:,}: {fmt_size(per_request)}"),
         ("batch", f"B = {batch:,}: {fmt_size(total)}"),
@@ -198,53 +203,47 @@ def kv_calculator(model: str = KV_BUDGET.model, seq_len: int = KV_BUDGET.seq_len
     layers, d_model, heads, KV heads and the head width, a window W with the
     number of local layers (sliding or chunked; 0 local layers: all of them),
     and MLA's latent and rope key (0: no window, no latent).  Bad input shows
-    its error message instead of a number.
+    its error message instead of a number.  A :class:`~.layout.Panel`: its
+    ``controls`` are named after :func:`kv_calculator_rows`'s arguments and the shape fields.
     """
     import ipywidgets as w
 
+    from .layout import Panel
+
     checks.choice("model", model, [*models.names(), CUSTOM])
     choices = [(models.display_name(name), name) for name in models.names()] + [(CUSTOM, CUSTOM)]
-    style = {"description_width": "110px"}
-    model_box = w.Dropdown(options=choices, value=model, description="model", style=style)
-    shape = {field: w.BoundedIntText(min=low, max=high, description=label, style=style)
-             for field, (label, low, high) in _SHAPE_BOXES.items()}
-    shape["local_kind"] = w.Dropdown(options=[SLIDING, CHUNKED], description="local kind", style=style)
-    seq_box = w.BoundedIntText(value=seq_len, min=1, max=10**8, description="seq len S", style=style)
-    batch_box = w.BoundedIntText(value=batch, min=1, max=10**6, description="batch B", style=style)
-    dtype_box = w.Dropdown(options=list(DTYPE_BYTES), value=canonical_dtype(dtype), description="dtype", style=style)
-    budget_box = w.BoundedFloatText(value=budget, min=0.001, max=10**6, description="budget", style=style)
-    unit_box = w.ToggleButtons(options=list(BUDGET_UNITS), value=budget_unit, description="unit", style=style)
-    out = w.HTML()
+    shape = {field: (label, w.BoundedIntText(min=low, max=high)) for field, (label, low, high) in _SHAPE_BOXES.items()}
+    shape["local_kind"] = ("local kind", w.Dropdown(options=[SLIDING, CHUNKED]))
+    panel = Panel({
+        "model": ("model", w.Dropdown(options=choices, value=model)), **shape,
+        "seq_len": ("seq len S", w.BoundedIntText(value=seq_len, min=1, max=10**8)),
+        "batch": ("batch B", w.BoundedIntText(value=batch, min=1, max=10**6)),
+        "dtype": ("dtype", w.Dropdown(options=list(DTYPE_BYTES), value=canonical_dtype(dtype))),
+        "budget": ("budget", w.BoundedFloatText(value=budget, min=0.001, max=10**6)),
+        "budget_unit": ("unit", w.ToggleButtons(options=list(BUDGET_UNITS), value=budget_unit)),
+    })
+    boxes = panel.controls
+    shape_boxes = [boxes[field] for field in shape]
 
     def fill_shape(name: str) -> None:
-        custom = name == CUSTOM
-        if not custom:
+        if name != CUSTOM:
             for field, value in shape_fields(models.get(name)).items():
-                shape[field].value = value
-        for box in shape.values():
-            box.disabled = not custom
+                boxes[field].value = value
+        for box in shape_boxes:
+            box.disabled = name != CUSTOM
 
-    def refresh(*_) -> None:
-        try:
-            if model_box.value == CUSTOM:
-                spec = model_from_fields(**{field: box.value for field, box in shape.items()})
-            else:
-                spec = models.get(model_box.value)
-            text = kv_calculator_text(spec, seq_len=seq_box.value, batch=batch_box.value, dtype=dtype_box.value,
-                                      budget=budget_box.value, budget_unit=unit_box.value)
-        except (ValueError, TypeError) as error:
-            text = f"cannot compute: {error}"
-        out.value = f"<pre>{html.escape(text)}</pre>"
+    def spec() -> ModelSpec:
+        if boxes["model"].value == CUSTOM:
+            return model_from_fields(**{field: boxes[field].value for field in shape})
+        return models.get(boxes["model"].value)
 
-    def on_model(change) -> None:
-        fill_shape(change["new"])
-        refresh()
+    def refresh(change=None) -> None:
+        if change is not None and change["owner"] is boxes["model"]:
+            fill_shape(change["new"])
+        panel.show(lambda: kv_calculator_text(spec(), seq_len=boxes["seq_len"].value, batch=boxes["batch"].value,
+                                              dtype=boxes["dtype"].value, budget=boxes["budget"].value,
+                                              budget_unit=boxes["budget_unit"].value))
 
     fill_shape(model)
-    model_box.observe(on_model, names="value")
-    for box in (*shape.values(), seq_box, batch_box, dtype_box, budget_box, unit_box):
-        box.observe(refresh, names="value")
-    refresh()
-    inputs = w.HBox([w.VBox([model_box, *shape.values()]),
-                     w.VBox([seq_box, batch_box, dtype_box, budget_box, unit_box])])
-    return w.VBox([inputs, out])
+    panel.follow(refresh)
+    return panel

@@ -8,7 +8,6 @@ displays that text, so what a test checks is what a reader sees.
 
 from __future__ import annotations
 
-import html
 from fractions import Fraction
 
 from ... import memory, models, paging
@@ -32,7 +31,7 @@ def paging_explorer_text(n_tokens: int, block_size: int = 16, max_len: int = 204
 
     ratio = f"{naive_empty / paged_empty:,.1f} times the paged waste" if paged_empty else "paged waste is zero"
     rows = [
-        ("request", f"{n_tokens:,} tokens on {spec.name} ({dtype}): {per_token:,} bytes per token"),
+        ("request", f"{n_tokens:,} tokens on {spec.display_name} ({dtype}): {per_token:,} bytes per token"),
         ("naive", f"{max_len:,} slots reserved, {naive_empty:,} empty ({share(naive_empty, max_len)} of them) "
                   f"= {naive_empty * per_token / MiB:,.2f} MiB"),
         ("paged", f"{blocks:,} blocks of {block_size} = {slots:,} slots, {paged_empty} empty "
@@ -45,25 +44,20 @@ def paging_explorer_text(n_tokens: int, block_size: int = 16, max_len: int = 204
 
 def paging_explorer(n_tokens: int = PAGED_REQUEST.n_tokens, block_size: int = PAGED_REQUEST.block_size,
                     max_len: int = PAGED_REQUEST.max_len, model: str = "llama-2-13b"):
-    """The interactive explorer (ipywidgets): request length, block size and max_len; bad input shows its error."""
+    """The interactive explorer (ipywidgets): request length, block size and max_len; bad input shows its error.
+
+    A :class:`~.layout.Panel` whose ``controls`` are named after :func:`paging_explorer_text`'s arguments.
+    """
     import ipywidgets as w
 
-    style = {"description_width": "90px"}
-    n_box = w.BoundedIntText(value=n_tokens, min=0, max=10**7, description="tokens n", style=style)
-    b_box = w.Dropdown(options=[1, 2, 4, 8, 16, 32, 64, 128, 256], value=block_size, description="block size",
-                       style=style)
-    m_box = w.BoundedIntText(value=max_len, min=1, max=10**7, description="max_len", style=style)
-    model_box = w.Dropdown(options=models.names(), value=model, description="model", style=style)
-    out = w.HTML()
+    from .layout import Panel
 
-    def refresh(*_) -> None:
-        try:
-            text = paging_explorer_text(n_box.value, b_box.value, m_box.value, model_box.value)
-        except (ValueError, TypeError) as error:
-            text = f"cannot compute: {error}"
-        out.value = f"<pre>{html.escape(text)}</pre>"
-
-    for box in (n_box, b_box, m_box, model_box):
-        box.observe(refresh, names="value")
-    refresh()
-    return w.VBox([w.HBox([n_box, b_box, m_box, model_box]), out])
+    panel = Panel({
+        "n_tokens": ("tokens n", w.BoundedIntText(value=n_tokens, min=0, max=10**7)),
+        "block_size": ("block size", w.Dropdown(options=[1, 2, 4, 8, 16, 32, 64, 128, 256], value=block_size)),
+        "max_len": ("max_len", w.BoundedIntText(value=max_len, min=1, max=10**7)),
+        "model": ("model", w.Dropdown(options=[(models.display_name(n), n) for n in models.names()], value=model)),
+    })
+    panel.follow(lambda *_: panel.show(lambda: paging_explorer_text(
+        **{name: box.value for name, box in panel.controls.items()})))
+    return panel

@@ -10,7 +10,6 @@ disagrees with the exact answer.
 
 from __future__ import annotations
 
-import html
 from fractions import Fraction
 
 from ... import checks, quant
@@ -86,30 +85,20 @@ def quant_explorer(r_min: str = R_MIN, r_max: str = R_MAX, bits: int = 4, r: str
     """The interactive explorer (ipywidgets): type a range and a value, pick bits and rounding.
 
     Numbers are typed as decimals and computed exactly; bad input shows its error message instead.
+    A :class:`~.layout.Panel` whose ``controls`` are named after :func:`quant_explorer_text`'s arguments.
     """
     import ipywidgets as w
 
-    style = {"description_width": "90px"}
-    min_box = w.Text(value=r_min, description="r_min", style=style)
-    max_box = w.Text(value=r_max, description="r_max", style=style)
-    value_box = w.Text(value=r, description="value r", style=style)
-    bits_box = w.IntSlider(value=bits, min=1, max=16, description="bits b", style=style)
-    rounding_box = w.ToggleButtons(options=[m.value for m in Rounding], value=Rounding(rounding).value,
-                                   description="rounding", style=style)
-    mapping_box = w.ToggleButtons(options=[m.value for m in Mapping], value=Mapping(mapping).value,
-                                  description="mapping", style=style)
-    out = w.HTML()
+    from .layout import Panel
 
-    def refresh(*_) -> None:
-        try:
-            text = quant_explorer_text(min_box.value, max_box.value, bits_box.value, value_box.value,
-                                       rounding_box.value, mapping_box.value)
-        except (ValueError, TypeError, ZeroDivisionError) as error:
-            text = f"cannot compute: {error}"
-        out.value = f"<pre>{html.escape(text)}</pre>"
-
-    for box in (min_box, max_box, value_box, bits_box, rounding_box, mapping_box):
-        box.observe(refresh, names="value")
-    refresh()
-    return w.VBox([w.HBox([w.VBox([min_box, max_box, value_box]), w.VBox([bits_box, rounding_box, mapping_box])]),
-                   out])
+    panel = Panel({
+        "r_min": ("r_min", w.Text(value=r_min)),
+        "r_max": ("r_max", w.Text(value=r_max)),
+        "r": ("value r", w.Text(value=r)),
+        "bits": ("bits b", w.IntSlider(value=bits, min=1, max=16)),
+        "rounding": ("rounding", w.ToggleButtons(options=[m.value for m in Rounding], value=Rounding(rounding).value)),
+        "mapping": ("mapping", w.ToggleButtons(options=[m.value for m in Mapping], value=Mapping(mapping).value)),
+    })
+    panel.follow(lambda *_: panel.show(lambda: quant_explorer_text(
+        **{name: box.value for name, box in panel.controls.items()})))
+    return panel
