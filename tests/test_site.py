@@ -160,3 +160,19 @@ def test_site_features_are_configured():
     assert CONFIG["format"]["pdf"]["fig-format"] in ("png", "pdf")
     assert CONFIG["google-scholar"] is False, "the cite-this filter writes the Google Scholar tags"
     assert all((ROOT / f).exists() for f in CONFIG["filters"])
+
+
+def test_the_screenshot_script_says_so_where_there_is_no_browser(tmp_path, monkeypatch, capsys):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("screenshot_preview", ROOT / "scripts/screenshot_preview.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    (tmp_path / "site" / "chapters").mkdir(parents=True)
+    (tmp_path / "site" / "chapters" / "kv-cache.html").write_text("<p>page</p>")
+    monkeypatch.setattr(script, "with_playwright", lambda *args: False)
+    monkeypatch.setattr(script, "BROWSERS", ())
+    assert script.main([str(tmp_path / "site"), "--out", str(tmp_path / "shots")]) == 0
+    assert "SKIPPED: no headless browser" in capsys.readouterr().out
+    assert not list((tmp_path / "shots").iterdir())
+    assert script.shot_name(tmp_path / "site", tmp_path / "site" / "chapters" / "kv-cache.html") == "chapters-kv-cache.png"
