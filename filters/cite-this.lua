@@ -159,12 +159,12 @@ function Pandoc(doc)
   end
   local path = page_path()
   local site = setting(doc.meta, "book.site-url", "citation.url") or ""
-  local date = setting(doc.meta, "book.date", "date") or ""
+  local date = setting(doc.meta, "book.date", "citation.issued", "date") or ""
   local entry = {
     key = "servebook" .. date:sub(1, 4) .. "-" .. path:gsub("%.%w+$", ""):gsub("[/_]", "-"),
     title = page_title(doc) or path,
     book = setting(doc.meta, "book.title", "citation.container-title") or "",
-    author = setting(doc.meta, "book.author", "author") or "",
+    author = setting(doc.meta, "book.author", "citation.author", "author") or "",
     year = date:sub(1, 4),
     date = date,
     url = site:gsub("/$", "") .. "/" .. path:gsub("%.%w+$", ".html"),

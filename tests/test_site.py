@@ -176,3 +176,16 @@ def test_the_screenshot_script_says_so_where_there_is_no_browser(tmp_path, monke
     assert "SKIPPED: no headless browser" in capsys.readouterr().out
     assert not list((tmp_path / "shots").iterdir())
     assert script.shot_name(tmp_path / "site", tmp_path / "site" / "chapters" / "kv-cache.html") == "chapters-kv-cache.png"
+
+
+def test_the_cite_block_needs_only_the_citation_settings_where_a_filter_sees_no_book(tmp_path):
+    """Whether Quarto hands a filter the ``book:`` settings or not, the entry is the same."""
+    without_book = {key: value for key, value in CONFIG.items() if key != "book"}
+    (tmp_path / "settings.yml").write_text(yaml.safe_dump(without_book), encoding="utf-8")
+    path = "appendices/units.qmd"
+    page = subprocess.run(
+        [pypandoc.get_pandoc_path(), path, "-t", "html", "--syntax-highlighting=none",
+         f"--metadata-file={tmp_path / 'settings.yml'}", f"--lua-filter={ROOT / 'filters/cite-this.lua'}"],
+        cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    source = (ROOT / path).read_text(encoding="utf-8")
+    assert _bibtex_of(page) == citeblock.bibtex(citeblock.page_entry(CONFIG, path, source))
