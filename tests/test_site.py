@@ -81,7 +81,7 @@ def test_bibliography_titles_keep_their_case():
     everything = "---\nnocite: '@*'\n---\n"
     shown = pypandoc.convert_text(everything, "plain", format="markdown", extra_args=[
         "--citeproc", f"--bibliography={ROOT / 'references.bib'}", "--wrap=none"])
-    for key, reference in citations.read_bibliography(ROOT / "references.bib").items():
+    for key in citations.read_bibliography(ROOT / "references.bib"):
         for protected in re.findall(r"\{([^{}\\]+)\}", re.search(
                 rf"@\w+\{{{re.escape(key)},.*?title\s*=\s*\{{(.*?)\}},?\s*$", text, re.S | re.M).group(1)):
             assert protected in shown, f"{key}: '{protected}' is not shown as written"
@@ -175,7 +175,8 @@ def test_the_screenshot_script_says_so_where_there_is_no_browser(tmp_path, monke
     assert script.main([str(tmp_path / "site"), "--out", str(tmp_path / "shots")]) == 0
     assert "SKIPPED: no headless browser" in capsys.readouterr().out
     assert not list((tmp_path / "shots").iterdir())
-    assert script.shot_name(tmp_path / "site", tmp_path / "site" / "chapters" / "kv-cache.html") == "chapters-kv-cache.png"
+    page = tmp_path / "site" / "chapters" / "kv-cache.html"
+    assert script.shot_name(tmp_path / "site", page) == "chapters-kv-cache.png"
 
 
 def test_the_cite_block_needs_only_the_citation_settings_where_a_filter_sees_no_book(tmp_path):
