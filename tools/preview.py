@@ -14,8 +14,8 @@ import html
 from dataclasses import replace
 from pathlib import Path
 
-from . import render
-from .pages import book_context, page_of
+from . import citeblock, render
+from .pages import book_context, config, page_of
 
 # The preview is the site without Quarto: it shows what the site shows (content-visible when-format="html"),
 # and a placeholder for each Observable JS cell, which only a browser on the rendered site runs.
@@ -47,6 +47,15 @@ def preview_notebook(notebook, items: list):
     return notebook
 
 
+def cite_cell(root: Path, path: str):
+    """The page's "Cite this page" block, as ``filters/cite-this.lua`` appends it on the site."""
+    import nbformat
+
+    source = (root / path).read_text(encoding="utf-8")
+    entry = citeblock.page_entry(config(root), path, source)
+    return nbformat.v4.new_markdown_cell(citeblock.markdown(entry, citeblock.figure_labels(source)))
+
+
 def write(root: Path, results: list, out: Path) -> Path:
     """Write each executed page as HTML under ``out`` and an index page; return the index."""
     from nbconvert import HTMLExporter
@@ -66,7 +75,8 @@ def write(root: Path, results: list, out: Path) -> Path:
         style = render.Style(lambda there, anchor, here=page.html: relative_href(here, there, anchor), anchors=True,
                              format=PREVIEW_FORMAT)
         book = replace(whole_book, style=style)
-        notebook = preview_notebook(result.notebook, render.render(result.notebook.cells, page, book))
+        cells = [*result.notebook.cells, cite_cell(root, page.path)]
+        notebook = preview_notebook(result.notebook, render.render(cells, page, book))
         body, _ = exporter.from_notebook_node(notebook)
         target = out / page.html
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,7 @@ so the same code writes the same bytes on every build.
 from __future__ import annotations
 
 import io
+import pickle
 from pathlib import Path
 
 import matplotlib
@@ -82,10 +83,15 @@ def save(fig: Figure, path: str | Path | io.BytesIO, fmt: str | None = None) -> 
     """Write ``fig`` to ``path`` (format from the suffix, or ``fmt``) with no dates or versions in it."""
     if fmt is None:
         fmt = Path(path).suffix.lstrip(".")
+    # Constrained layout starts from the layout the last draw left, and a draw at one resolution
+    # leaves another layout than a draw at the next: a PNG written after the SVG of the same
+    # figure differed by a pixel from a PNG written first.  So every file is written from a copy
+    # of the figure as its function returned it, and the figure itself is never drawn.
+    copy = pickle.loads(pickle.dumps(fig))
     with matplotlib.rc_context(RC):
         # Constrained layout reaches its fixed point in two passes; without them the first file
         # written from a new figure can differ by a pixel of layout from every later one.
         for _ in range(2):
-            fig.draw_without_rendering()
-        fig.savefig(path, format=fmt, metadata=_METADATA.get(fmt, {}))
+            copy.draw_without_rendering()
+        copy.savefig(path, format=fmt, metadata=_METADATA.get(fmt, {}))
     return path
