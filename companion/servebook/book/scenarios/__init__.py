@@ -9,13 +9,34 @@ prompts), the choice is made here once, and the chapter says so.
 
 from __future__ import annotations
 
-from .capacity_planning import C9_SEED_WEIGHTS, CAPACITY, SEED_BUDGET, CapacityCase, SeedBudget
+from .capacity_planning import (
+    C9_SEED_WEIGHTS,
+    CAPACITY,
+    DECIMAL_BUDGET,
+    ROUNDED_WEIGHTS,
+    SEED_BUDGET,
+    CapacityCase,
+    DecimalBudget,
+    SeedBudget,
+)
 from .choosing_the_lever import LEVER_SCENARIOS, Scenario
 from .continuous_batching import BATCHING_SERVER, BatchingServer, batching_runs, batching_trace
 from .gptq_awq import OUTLIER_KINDS, planted_outliers, relative_error
 from .kv_cache import KV_7B_CLASS, KV_BUDGET, KV_TOY, KVBudget
-from .modern_caches import (COMPARE_CONTEXT, CONTEXT_CAPACITY, MOE_CASE, VLLM_RESERVATION, WINDOW_CASE, ContextCapacity,
-                            MoECase, VllmReservation, WindowCase, all_global, as_mha, kv_per_token_by_kind)
+from .modern_caches import (
+    COMPARE_CONTEXT,
+    CONTEXT_CAPACITY,
+    MOE_CASE,
+    VLLM_RESERVATION,
+    WINDOW_CASE,
+    ContextCapacity,
+    MoECase,
+    VllmReservation,
+    WindowCase,
+    all_global,
+    as_mha,
+    kv_per_token_by_kind,
+)
 from .paged_attention import BLOCK_SIZE_MIX, PAGED_REQUEST, LengthMix, PagedRequest, chat_sessions, paging_walkthrough
 from .parallelism import BIG_MODEL, NODE_REQUESTS, SPLIT_JOBS, TENSOR_SIZES, BigModel, SplitJob
 from .prefill_decode import MEMORY_BUCKETS, PREFILL_DECODE, MemoryBuckets, RooflineCase
@@ -29,6 +50,9 @@ __all__ = [
     "BatchingServer",
     "BigModel",
     "C9_SEED_WEIGHTS",
+    "DECIMAL_BUDGET",
+    "DecimalBudget",
+    "ROUNDED_WEIGHTS",
     "CAPACITY",
     "COMPARE_CONTEXT",
     "CONTEXT_CAPACITY",
