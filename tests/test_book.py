@@ -204,7 +204,7 @@ def test_page_executes(page):
 ALL_CELLS = ("",)
 BEING_REWRITTEN = {**dict.fromkeys(["chapters/paged-attention.qmd", "chapters/continuous-batching.qmd",
                                     "chapters/choosing-the-lever.qmd", "chapters/quantization-basics.qmd",
-                                    "exercises/paged-attention.qmd", "exercises/continuous-batching.qmd",
+                                    "exercises/continuous-batching.qmd",
                                     "exercises/choosing-the-lever.qmd", "exercises/quantization-basics.qmd",
                                     "appendices/command-line.qmd"], ALL_CELLS),
                    "chapters/kv-cache.qmd": ("kv_calculator_text(",),          # the calculators: replaced
