@@ -80,8 +80,8 @@ def quant_speedup(case: scenarios.RooflineCase = scenarios.PREFILL_DECODE) -> Fi
         ax.set_xticks(ticks, [f"{t:,}" for t in ticks])
         ax.set_xlabel("tokens in the step (decode: batch size; prefill: batch × prompt)")
         ax.set_ylabel("speed vs W16A16 (roofline bound)")
-        ax.set_title(f"{models.display_name(case.model)} on {device.display_name}: "
-                     "W4A16 wins small steps, loses big ones (modelled)")
+        ax.set_title(f"{models.display_name(case.model)} on {device.display_name}: W4A16 wins small steps,\n"
+                     "loses big ones if dequantization adds to the tensor-core time")
         ax.set_ylim(0, 4.2)
         ax.legend(loc="upper right")
     return fig
