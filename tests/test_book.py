@@ -6,6 +6,9 @@ from pathlib import Path
 import pytest
 from tools import build, notebooks, pages, quarto, render
 
+from servebook import gpus, models
+from servebook.book import fmt
+
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = build.book_pages(ROOT)
 QMD = {page: page.read_text(encoding="utf-8") for page in PAGES if page.exists()}
@@ -148,8 +151,8 @@ def test_chapter_and_exercise_pages_link_to_their_notebook_with_a_badge_that_is_
 
 
 def test_every_chapter_and_exercise_page_has_a_notebook_and_only_the_gpu_lab_asks_for_a_gpu():
-    listed = [p for p in PAGES if p.parent.name in ("chapters", "exercises")]
-    assert len(NOTEBOOK_PAGES) == len(listed) >= 17
+    listed = {str(p.relative_to(ROOT)) for p in PAGES if p.parent.name in ("chapters", "exercises")}
+    assert {p.path for p in NOTEBOOK_PAGES} == listed
     gpu = [p.path for p in NOTEBOOK_PAGES if quarto.colab_badge(QMD[ROOT / p.path]).gpu]
     assert gpu == ["chapters/gpu-lab.qmd"]
 
@@ -184,6 +187,93 @@ def test_page_executes(page):
         context = pages.book_context(ROOT, render.Style(lambda there, anchor: f"{site}{there}#{anchor}"))
         notebook = notebooks.colab_notebook(result.notebook, outline, context, "0" * 40, site)
         assert not notebooks.quarto_left(notebook), "the notebook shows Quarto markup"
+    rewritten = BEING_REWRITTEN.get(str(page.relative_to(ROOT)), ())
+    unfit, unfit_rewritten = [], []
+    for cell in result.notebook.cells:
+        found = [f"[{len(line)}] {line}" for line in shown_lines(cell) if len(line) > fmt.WIDTH]
+        found += [f"registry id {name!r} in: {row}" for row in table_rows(cell) for name in REGISTRY_ID.findall(row)]
+        mine = rewritten != ALL_CELLS and not any(call in cell.source for call in rewritten)
+        (unfit if mine else unfit_rewritten).extend(found)
+    assert not unfit, f"outputs wider than the column ({fmt.WIDTH}) or naming registry ids: {unfit}"
+    if unfit_rewritten:
+        pytest.xfail("being rewritten")
+
+
+# Outputs being rewritten to fit the column in other changes: page -> the calls made by the cells concerned,
+# or every cell.  The marks go at those changes' merge.
+ALL_CELLS = ("",)
+BEING_REWRITTEN = {**dict.fromkeys(["chapters/paged-attention.qmd", "chapters/continuous-batching.qmd",
+                                    "chapters/choosing-the-lever.qmd", "chapters/quantization-basics.qmd",
+                                    "exercises/continuous-batching.qmd",
+                                    "exercises/choosing-the-lever.qmd", "exercises/quantization-basics.qmd",
+                                    "appendices/command-line.qmd"], ALL_CELLS),
+                   "chapters/kv-cache.qmd": ("kv_calculator_text(",),          # the calculators: replaced
+                   "chapters/capacity-planning.qmd": ("capacity_text(",),
+                   # library source printed as it is written (servebook.lab, servebook.kernels)
+                   # library source printed as it is written (servebook.lab, servebook.kernels), and the
+                   # lab's result tables, which label their runs by registry id (servebook.book.gpu_lab)
+                   "chapters/gpu-lab.qmd": ("inspect.getsource(", "kernel_source()", "gpu_lab.results_table(")}
+# A table shows display names ("Llama-2-13B", "A100 80GB SXM"); ids are lower case, so case tells them apart.
+REGISTRY_ID = re.compile(r"(?<![\w./-])(" + "|".join(
+    re.escape(name) for name in sorted([*models.names(), *gpus.names()], key=len, reverse=True)) + r")(?![\w-]|\.\w)")
+
+
+def _visible(markdown: str) -> str:
+    """A table cell as rendered, near enough: no emphasis or math markers, a TeX command one character."""
+    text = re.sub(r"\\text\{([^}]*)\}", r"\1", markdown)
+    return re.sub(r"\*\*|\$|`", "", re.sub(r"\\[A-Za-z]+", "x", text))
+
+
+def _shown_output(output) -> dict:
+    """What Quarto shows of one output: text it prints, or a rich form in place of the plain text."""
+    data = output.get("data", {})
+    rich = {kind: value for kind, value in data.items() if kind != "text/plain"}
+    return rich or {"text/plain": data.get("text/plain", "")}
+
+
+def _cells(notebook_or_cell) -> list:
+    return notebook_or_cell.cells if "cells" in notebook_or_cell else [notebook_or_cell]
+
+
+def table_rows(notebook_or_cell) -> list[str]:
+    """Each row of each Markdown table displayed, as the reader sees it: cells two spaces apart."""
+    rows = []
+    for cell in _cells(notebook_or_cell):
+        for output in cell.get("outputs", []):
+            markdown = "".join(_shown_output(output).get("text/markdown", ""))
+            table = [[c.strip() for c in _visible(line).strip().strip("|").split("|")]
+                     for line in markdown.splitlines() if line.startswith("|") and not re.match(r"\|[:-]", line)]
+            # a column is as wide as its widest cell
+            widths = [max(map(len, column)) for column in zip(*table, strict=True)]
+            rows += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in table]
+    return rows
+
+
+def shown_lines(notebook_or_cell) -> list[str]:
+    """Every line of every output block of an executed page (or cell): printed text, plain results, table rows."""
+    lines = []
+    for cell in _cells(notebook_or_cell):
+        for output in cell.get("outputs", []):
+            text = output.get("text", "") if output.get("output_type") == "stream" else \
+                "".join(_shown_output(output).get("text/plain", ""))
+            lines += text.splitlines()
+    return lines + table_rows(notebook_or_cell)
+
+
+def test_the_column_check_sees_printed_text_and_tables_but_not_what_a_figure_stands_for():
+    import nbformat
+
+    cell = nbformat.v4.new_code_cell("")
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="x" * 80 + "\nshort\n"),
+                    nbformat.v4.new_output("display_data", data={"text/plain": "<Figure " + "y" * 90 + ">",
+                                                                 "image/svg+xml": "<svg/>"}),
+                    nbformat.v4.new_output("display_data", data={
+                        "text/plain": "<IPython.core.display.Markdown object>",
+                        "text/markdown": "| GPU | **Memory** |\n|:--|--:|\n| $a$ a100-80gb-sxm | $\\text{80}$ |"})]
+    notebook = nbformat.v4.new_notebook(cells=[cell])
+    assert shown_lines(notebook) == ["x" * 80, "short", "GPU              Memory", "a a100-80gb-sxm  80"]
+    assert REGISTRY_ID.findall(table_rows(notebook)[1]) == ["a100-80gb-sxm"]
+    assert not REGISTRY_ID.findall("A100 80GB SXM  Llama-2-13B  llama-2-13b.json")
 
 
 def _visible_outputs(notebook) -> list:

@@ -209,6 +209,39 @@ def _layer_errors(bits: int, group_size: int) -> list[dict]:
     return rows
 
 
+PRETRAINED = "Qwen/Qwen2.5-0.5B"
+"""The Hub model chapter 06 quantizes where a GPU and the Hub are at hand (Colab with a GPU runtime)."""
+
+
+def quantize_pretrained(name: str = PRETRAINED, methods: tuple[str, ...] = ("rtn", "gptq", "awq"),
+                        bits: int = 4, group_size: int = 128) -> list[str]:
+    """Quantize a pretrained Hub model on the GPU with each method; return its report lines.
+
+    Perplexity is on WikiText-2 where the ``datasets`` package is installed, else on the book's
+    held-out text; nothing is cached, since the result depends on the GPU and the Hub's files.
+    """
+    from .. import qmodel
+    from .fmt import wrap
+
+    model, tokenizer = smallmodel.load(name, dtype=torch.float16, device="cuda")
+    text_name, text = smallmodel.evaluation_text()
+    held = smallmodel.encode(tokenizer, text)
+    calibration = smallmodel.calibration_batch(
+        smallmodel.encode(tokenizer, smallmodel.calibration_text()), n_samples=64, seq_len=512)
+
+    def perplexity(m) -> float:
+        return smallmodel.perplexity(m, held, seq_len=512, batch_size=4, max_windows=40)
+
+    lines = [f"{name} FP16 on {text_name}: perplexity {perplexity(model):.3f}"]
+    for method in methods:
+        report = qmodel.quantize_model(model, method, bits=bits, group_size=group_size,
+                                       calibration=None if method == "rtn" else calibration)
+        lines += [wrap(line, indent="    ") for line in report.describe().splitlines()]
+        lines.append(f"    perplexity {perplexity(report.model):.3f}")
+        del report
+    return lines
+
+
 def refresh() -> list[Path]:
     """Recompute every experiment the book shows and rewrite its file (the only writer)."""
     global _refreshing

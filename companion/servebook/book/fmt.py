@@ -6,11 +6,16 @@ so "3.125 GiB", "12.5%" and "+0.4%" look the same on every page.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 
+from .. import checks
 from ..units import fmt_both, fmt_bytes
 
-__all__ = ["size", "both", "pct", "change", "num", "table"]
+__all__ = ["WIDTH", "size", "both", "pct", "change", "num", "table", "wrap"]
+
+WIDTH = 75
+"""Columns of a page's output block: what a code cell prints fits in this many characters."""
 
 size = fmt_bytes
 """A byte count in one named unit: ``size(3 * GiB + GiB // 8)`` is ``'3.125 GiB'``."""
@@ -51,3 +56,9 @@ def table(header: Sequence[str], rows: Sequence[Sequence[object]], align: str | 
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(rule) + "|"]
     lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
     return Markdown("\n".join(lines))
+
+
+def wrap(text: str, width: int = WIDTH, indent: str = "") -> str:
+    """``text`` broken at spaces into lines of at most ``width`` columns, later lines indented by ``indent``."""
+    width = checks.whole("width", width, minimum=len(indent) + 1)
+    return "\n".join(textwrap.wrap(text, width=width, subsequent_indent=indent, break_on_hyphens=False))

@@ -18,7 +18,7 @@ LABEL_NUDGE = {"fp16": 0, "int8": -3, "int4": 7}  # points: keeps the three end 
 PRECISION_COLOURS = {"fp16": _style.SEQUENCE[0], "int8": _style.SEQUENCE[3], "int4": _style.WEIGHTS}
 
 
-def memory_buckets(budget: scenarios_.SeedBudget = scenarios_.SEED_BUDGET) -> Figure:
+def memory_buckets(budget: scenarios_.DecimalBudget = scenarios_.DECIMAL_BUDGET) -> Figure:
     """Weights (orange) and KV cache (teal) stacked on the budget's GPU, for FP16, INT8 and INT4 weights."""
     kv, gpu = budget.kv, budget.gpu_memory
     fig, ax = _style.new_figure(7.2, 3.4)
@@ -80,7 +80,7 @@ def users_that_fit(case: scenarios_.CapacityCase = scenarios_.CAPACITY) -> Figur
 
 
 def lever_gains(scenarios: tuple[str, ...] = ("A", "B")) -> Figure:
-    """What each lever buys in the seed's scenarios: gain on the goal metric over the baseline server."""
+    """What each lever buys in the two scenarios of choosing the lever: gain over the baseline server."""
     chosen = [scenarios_.LEVER_SCENARIOS[key] for key in scenarios]
     advices = [scenario.advise() for scenario in chosen]
     fig, axes = _style.new_figure(7.4, 1.4 + 1.1 * len(chosen), nrows=len(chosen), sharex=True)

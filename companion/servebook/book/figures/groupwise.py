@@ -97,10 +97,10 @@ def gptq_awq_layer_errors(rows: list[dict] | None = None, group_size: int = 128)
         for k, method in enumerate(("rtn", "gptq", "awq")):
             ax.bar(x + (k - 1) * width, [100 * row[method] for row in rows], width, color=METHOD_COLOURS[method],
                    label=method.upper())
-        ax.set_xticks(x, names, rotation=90, fontsize=7)
+        ax.set_xticks(x, names, rotation=90, fontsize=8)
         ax.set_ylabel("output error ||X (W - W_hat)^T|| / ||X W^T|| (%)", fontsize=9)
-        ax.set_title(f"Every layer, INT4 g{group_size}, on held-out text: GPTQ far below round-to-nearest, "
-                     "AWQ about level with it")
+        ax.set_title(f"Every layer, INT4 g{group_size}, on held-out text:\n"
+                     "GPTQ far below round-to-nearest, AWQ about level with it")
         ax.legend(loc="upper left", ncols=3)
         ax.grid(axis="x", visible=False)
     return fig

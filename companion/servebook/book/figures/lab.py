@@ -13,7 +13,7 @@ import matplotlib
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
-from ... import lab
+from ... import lab, models
 from ...units import MiB
 from . import _style
 
@@ -24,6 +24,13 @@ _BYTE_STYLES = {  # quantity -> (label, colour, marker, filled)
     "peak_bytes": ("peak above weights (CUDA)", _style.OVERHEAD, "^", True),
 }
 _MARKERS = ["o", "s", "^", "D", "v", "P"]
+
+
+def _shown(run_label: str) -> str:
+    """A run's model label as a reader reads it: "llama-2-7b/8" (an eighth of its layers) is "Llama-2-7B/8"."""
+    model, _, part = run_label.partition("/")
+    name = models.display_name(model) if model in models.names() else model
+    return f"{name}/{part}" if part else name
 
 
 def _results(results: dict[str, Any] | None) -> dict[str, Any]:
@@ -87,7 +94,7 @@ def _plot_by_prompt_len(ax, grouped, x_of) -> tuple[bool, set[int]]:
             x = [x_of(r) for r in line]
             xs.update(x)
             ax.plot(x, [r["measured"] * 1e3 for r in line], marker=marker, color=colour,
-                    label=f"{key[0]} [{key[1]}], S={s}")
+                    label=f"{_shown(key[0])} [{key[1]}], S={s}")
             bounded = [(xi, r["predicted"] * 1e3) for xi, r in zip(x, line, strict=True) if r["predicted"]]
             if bounded:
                 drew_bound = True
@@ -120,7 +127,7 @@ def lab_step_times(results: dict[str, Any] | None = None) -> Figure:
         right.set_ylabel("decode step time (ms)")
         right.set_title("Decode: one token per sequence, after S")
         handles, labels = right.get_legend_handles_labels()
-        fig.legend(handles, labels, loc="outside lower center", ncols=min(4, max(1, len(labels))), fontsize=7)
+        fig.legend(handles, labels, loc="outside lower center", ncols=min(3, max(1, len(labels))), fontsize=9)
         bound_note = ("dashed: servebook.roofline lower bound" if bound_left or bound_right
                       else "no roofline prediction for this device")
         fig.suptitle(f"Step times, median of repeats ({_where(results)}); {bound_note}", fontsize=10)

@@ -6,7 +6,7 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
-from ... import roofline
+from ... import models, roofline
 from .. import scenarios
 from ..speedup import weight_scheme_speedup
 from . import _style
@@ -48,7 +48,8 @@ def roofline_prefill_decode(case: scenarios.RooflineCase = scenarios.PREFILL_DEC
                         textcoords="offset points", ha="center", color=PREFILL, fontsize=8.5)
         ax.set_xlabel("arithmetic intensity (FLOP per byte moved)")
         ax.set_ylabel("attainable TFLOP/s")
-        ax.set_title(f"{case.model} on {device.name}: decode on the slope, prefill under the roof")
+        ax.set_title(f"{models.display_name(case.model)} on {device.display_name}: "
+                     "decode on the slope, prefill under the roof")
         ax.set_xlim(x[0], x[-1])
         ax.set_ylim(0.2, device.int8_ops / 1e12 * 2.5)
         ax.legend(loc="upper left", fontsize=9)
@@ -79,7 +80,8 @@ def quant_speedup(case: scenarios.RooflineCase = scenarios.PREFILL_DECODE) -> Fi
         ax.set_xticks(ticks, [f"{t:,}" for t in ticks])
         ax.set_xlabel("tokens in the step (decode: batch size; prefill: batch × prompt)")
         ax.set_ylabel("speed vs W16A16 (roofline bound)")
-        ax.set_title(f"{case.model} on {device.name}: W4A16 wins small steps, loses big ones")
+        ax.set_title(f"{models.display_name(case.model)} on {device.display_name}: W4A16 wins small steps,\n"
+                     "loses big ones if dequantization adds to the tensor-core time")
         ax.set_ylim(0, 4.2)
         ax.legend(loc="upper right")
     return fig

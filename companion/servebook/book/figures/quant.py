@@ -1,6 +1,6 @@
 """Figures of the quantization-basics chapter: the grid, its ticks and gaps, ties, zero point, clipping, bits.
 
-Every number drawn is computed by :mod:`servebook.quant` on the seeds' examples, read from
+Every number drawn is computed by :mod:`servebook.quant` on the book's examples, read from
 :mod:`servebook.book.scenarios`: weights in [-0.6, 0.9], INT4, r = 0.35 (C5), the outlier 1.4 (C6),
 the range [-1, 1] for bit widths (C8).
 """
@@ -17,7 +17,7 @@ from ... import quant
 from .. import scenarios, ties
 from . import _style
 
-GRID = "#b8860b"     # dark gold: representable values (the seeds' yellow ticks)
+GRID = "#b8860b"     # dark gold: representable values (yellow ticks)
 TRUE = _style.WASTE  # red: the true weight
 SNAP = _style.ACCENT  # blue: where it lands
 R_MIN, R_MAX = scenarios.SEED_RANGE
@@ -76,8 +76,8 @@ def quant_int4_grid(r_min: str = R_MIN, r_max: str = R_MAX, r: str = scenarios.S
         _number_line(ax, values[0] - 0.06, values[-1] + 0.06)
         ax.plot(values, np.zeros_like(values), "|", color=GRID, markersize=18, markeredgewidth=2, zorder=2)
         for code, value in zip(codes, values, strict=True):
-            ax.text(value, -0.3, str(code), ha="center", va="top", fontsize=7, color=GRID)
-        ax.text(values[0] - 0.05, -0.3, "q:", ha="right", va="top", fontsize=7, color=GRID)
+            ax.text(value, -0.3, str(code), ha="center", va="top", fontsize=9, color=GRID)
+        ax.text(values[0] - 0.05, -0.3, "q:", ha="right", va="top", fontsize=9, color=GRID)
         ax.plot([float(Fraction(r))], [0.25], "o", color=TRUE, markersize=7, zorder=4)
         ax.plot([float(r_hat)], [0], "o", color=SNAP, markersize=8, zorder=4)
         ax.annotate("", (float(r_hat), 0.06), (float(Fraction(r)), 0.25),
@@ -118,7 +118,7 @@ def quant_tie_breaking(cases: tuple[tuple[str, str, str], ...] = ((scenarios.SEE
                     ax.text(1.75 + 0.7 * j, i, str(code), ha="center", va="center", fontsize=11,
                             color=colour, weight="bold")
             ax.set_title(f"r = {r} on [{r_min}, {r_max}]", fontsize=10, pad=28)
-        fig.suptitle("Code q at a tie: teal = the seeds' answer (exact, half-up), red = different", fontsize=10)
+        fig.suptitle("Code q at a tie: teal = the exact half-up answer, red = different", fontsize=10)
     return fig
 
 
@@ -166,8 +166,8 @@ def quant_outlier_clipping(r_min: str = R_MIN, r_max: str = R_MAX, outlier: str 
         ax.plot(values, np.zeros_like(values), "|", color=GRID, markersize=18, markeredgewidth=2)
         ax.plot(ghosts, np.zeros_like(ghosts), "|", color=_style.FREE, markersize=18, markeredgewidth=2)
         for k, ghost in zip(range(qmax + 1, wanted + 1), ghosts, strict=True):
-            ax.text(ghost, -0.3, str(k), ha="center", va="top", fontsize=7, color=_style.MUTED)
-        ax.text(values[-1], -0.3, str(qmax), ha="center", va="top", fontsize=7, color=GRID)
+            ax.text(ghost, -0.3, str(k), ha="center", va="top", fontsize=9, color=_style.MUTED)
+        ax.text(values[-1], -0.3, str(qmax), ha="center", va="top", fontsize=9, color=GRID)
         ax.text(float(np.mean(ghosts)), 0.5, f"codes {qmax + 1}..{wanted} do not exist in 4 bits", ha="center",
                 fontsize=8, color=_style.MUTED)
         x_out = float(Fraction(outlier))

@@ -9,7 +9,16 @@ prompts), the choice is made here once, and the chapter says so.
 
 from __future__ import annotations
 
-from .capacity_planning import C9_SEED_WEIGHTS, CAPACITY, SEED_BUDGET, CapacityCase, SeedBudget
+from .capacity_planning import (
+    C9_SEED_WEIGHTS,
+    CAPACITY,
+    DECIMAL_BUDGET,
+    ROUNDED_WEIGHTS,
+    SEED_BUDGET,
+    CapacityCase,
+    DecimalBudget,
+    SeedBudget,
+)
 from .choosing_the_lever import LEVER_SCENARIOS, Scenario
 from .continuous_batching import BATCHING_SERVER, BatchingServer, batching_runs, batching_trace
 from .gptq_awq import OUTLIER_KINDS, planted_outliers, relative_error
@@ -41,6 +50,9 @@ __all__ = [
     "BatchingServer",
     "BigModel",
     "C9_SEED_WEIGHTS",
+    "DECIMAL_BUDGET",
+    "DecimalBudget",
+    "ROUNDED_WEIGHTS",
     "CAPACITY",
     "COMPARE_CONTEXT",
     "CONTEXT_CAPACITY",

@@ -55,15 +55,17 @@ class CapacityCase:
 CAPACITY = CapacityCase()
 """Chapter 07's budget (C9): Llama-2-13B on an A100 80GB (80 GiB), 4 GiB of overhead, users of 4,096 tokens."""
 
-C9_SEED_WEIGHTS = {"fp16": 26 * GiB, "int4": int(6.5 * GiB)}
-"""C9's weights as the seed gives them, "26 GiB" and "6.5 GiB": 26 GB and 6.5 GB mislabelled, kept to show the slip."""
+ROUNDED_WEIGHTS = {"fp16": 26 * GiB, "int4": int(6.5 * GiB)}
+"""The users-per-GPU example's weights as often quoted, "26 GiB" and "6.5 GiB": 26 GB and 6.5 GB
+mislabelled, kept to show the slip."""
+C9_SEED_WEIGHTS = ROUNDED_WEIGHTS  # the first edition's name
 
 
 @dataclass(frozen=True)
-class SeedBudget:
-    """The seeds' 13B model on one GPU, in decimal units: ``batch`` requests of ``seq_len`` tokens of FP16 KV.
+class DecimalBudget:
+    """A round 13B model on one GPU, in decimal units: ``batch`` requests of ``seq_len`` tokens of FP16 KV.
 
-    ``n_params`` is the round 13 x 10^9 of the seeds; the KV cache has ``model``'s shape.
+    ``n_params`` is the round 13 x 10^9; the KV cache has ``model``'s shape.
     """
 
     gpu_memory: int = 80 * GB
@@ -85,5 +87,6 @@ class SeedBudget:
         return memory.weight_bytes(self.n_params, dtype, group_size=group_size)
 
 
-SEED_BUDGET = SeedBudget()
-"""L2.3 and L4.1-L4.3: 13 x 10^9 weights and 16 requests of 4,096 tokens on an 80 GB (10^9 bytes) GPU."""
+DECIMAL_BUDGET = DecimalBudget()
+"""13 x 10^9 weights and 16 requests of 4,096 tokens on an 80 GB (10^9 bytes) GPU."""
+SeedBudget, SEED_BUDGET = DecimalBudget, DECIMAL_BUDGET  # the first edition's names
