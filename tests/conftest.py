@@ -14,3 +14,20 @@ def root() -> Path:
 @pytest.fixture(scope="session")
 def pages() -> list[Path]:
     return build.book_pages(ROOT)
+
+
+@pytest.fixture(scope="session")
+def executed():
+    """Each page executed once per test process: the page test and the notebook tests read one result.
+
+    A page's tests carry ``xdist_group`` marks named after the page, and ``--dist loadgroup`` (the
+    project's default) sends a group to one worker, so no page runs twice in a suite.
+    """
+    results = {}
+
+    def run(page: Path) -> build.PageResult:
+        if page not in results:
+            results[page] = build.execute_page(page)
+        return results[page]
+
+    return run

@@ -173,10 +173,17 @@ def test_every_notebook_is_free_of_quarto_markup(page, book_context):
     assert not notebooks.quarto_left(notebook)
 
 
+def page_group(page: Path):
+    """The page as a parameter whose tests run in one worker (see the ``executed`` fixture)."""
+    return pytest.param(page, marks=pytest.mark.xdist_group(page.stem if page.parent == ROOT else
+                                                            f"{page.parent.name}/{page.stem}"),
+                        id=str(page.relative_to(ROOT)))
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
-def test_page_executes(page):
-    result = build.execute_page(page)
+@pytest.mark.parametrize("page", [page_group(page) for page in PAGES])
+def test_page_executes(page, executed):
+    result = executed(page)
     errors = [o for cell in result.notebook.cells for o in cell.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors
     leftover = [c.source for c in result.notebook.cells if c.cell_type == "markdown" and build.INLINE.search(c.source)]
@@ -289,7 +296,8 @@ def _visible_outputs(notebook) -> list:
 
 
 @pytest.mark.slow
-def test_executing_a_page_twice_gives_the_same_outputs():
+@pytest.mark.xdist_group("chapters/continuous-batching")
+def test_executing_a_page_twice_gives_the_same_outputs(executed):
     page = ROOT / "chapters" / "continuous-batching.qmd"  # a seeded simulation, figures and tables
-    first, second = (_visible_outputs(build.execute_page(page).notebook) for _ in range(2))
+    first, second = (_visible_outputs(run(page).notebook) for run in (executed, build.execute_page))
     assert first == second

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from tools import build, notebooks, pages
+from tools import notebooks, pages
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = [p for p in pages.book_outline(ROOT) if p.path.startswith("chapters/")]
@@ -84,14 +84,15 @@ def colab(tmp_path_factory):
     return kernel, python
 
 
-@pytest.mark.parametrize("page", CHAPTERS, ids=lambda p: p.path)
-def test_the_chapters_notebook_runs_with_only_the_wheel(page, colab, tmp_path):
+@pytest.mark.parametrize("page", [pytest.param(p, marks=pytest.mark.xdist_group(p.path.removesuffix(".qmd")), id=p.path)
+                                  for p in CHAPTERS])
+def test_the_chapters_notebook_runs_with_only_the_wheel(page, colab, tmp_path, executed):
     import nbclient
 
     kernel, python = colab
     empty = tmp_path / "content"  # Colab's /content: nothing of the repository in it
     empty.mkdir()
-    result = build.execute_page(ROOT / page.path)  # the notebook holds the values the page printed
+    result = executed(ROOT / page.path)  # the notebook holds the values the page printed
     path = notebooks.write_notebooks(ROOT, [result], tmp_path / "notebooks", commit="0" * 40)[0]
     notebook = nbformat.read(path, as_version=4)
     assert os.environ.get(notebooks.INSTALL_VARIABLE) is None  # the published default, replaced in the kernel
