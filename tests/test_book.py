@@ -212,14 +212,8 @@ ALL_CELLS = ("",)
 BEING_REWRITTEN = {**dict.fromkeys(["chapters/paged-attention.qmd", "chapters/continuous-batching.qmd",
                                     "chapters/choosing-the-lever.qmd", "chapters/quantization-basics.qmd",
                                     "exercises/continuous-batching.qmd",
-                                    "exercises/choosing-the-lever.qmd", "exercises/quantization-basics.qmd",
-                                    "appendices/command-line.qmd"], ALL_CELLS),
-                   "chapters/kv-cache.qmd": ("kv_calculator_text(",),          # the calculators: replaced
-                   "chapters/capacity-planning.qmd": ("capacity_text(",),
-                   # library source printed as it is written (servebook.lab, servebook.kernels)
-                   # library source printed as it is written (servebook.lab, servebook.kernels), and the
-                   # lab's result tables, which label their runs by registry id (servebook.book.gpu_lab)
-                   "chapters/gpu-lab.qmd": ("inspect.getsource(", "kernel_source()", "gpu_lab.results_table(")}
+                                    "exercises/choosing-the-lever.qmd", "exercises/quantization-basics.qmd"],
+                                   ALL_CELLS)}
 # A table shows display names ("Llama-2-13B", "A100 80GB SXM"); ids are lower case, so case tells them apart.
 REGISTRY_ID = re.compile(r"(?<![\w./-])(" + "|".join(
     re.escape(name) for name in sorted([*models.names(), *gpus.names()], key=len, reverse=True)) + r")(?![\w-]|\.\w)")

@@ -15,11 +15,18 @@ def cpu_run():
     return lab.latest_recorded("cpu")
 
 
-def test_the_page_tables_are_the_labs_tables(cpu_run):
+def _cells(table) -> list[list[str]]:
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in table.data.splitlines()[2:]]
+
+
+def test_the_page_tables_are_the_labs_rows_with_models_and_quantities_named(cpu_run):
     shown = gpu_lab.byte_rows(cpu_run)
-    assert gpu_lab.results_table(shown).data == lab.markdown_table(lab.table({"rows": shown}))
-    ppl = gpu_lab.results_table(cpu_run["rows"], ["perplexity"]).data
-    assert ppl == lab.markdown_table(lab.table(cpu_run, ["perplexity"]))
+    page, labs = _cells(gpu_lab.results_table(shown)), lab.table({"rows": shown})
+    assert [row[3:] for row in page] == [[r[c] for c in ("B", "S", "predicted", "measured", "ratio")] for r in labs]
+    assert {row[0] for row in page} == {"Llama-2-7B/8", "tiny-llama"}  # registry ids read as display names
+    assert {row[2] for row in page} == {"weights", "KV cache"}
+    ppl = _cells(gpu_lab.results_table(cpu_run["rows"], ["perplexity"]))
+    assert [row[6] for row in ppl] == [r["measured"] for r in lab.table(cpu_run, ["perplexity"])]
 
 
 def test_byte_rows_hold_every_weight_and_the_largest_cache_of_each_model(cpu_run):

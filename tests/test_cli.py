@@ -159,3 +159,13 @@ def test_the_console_script_and_python_m_run_the_same_main():
     assert scripts == {"servebook": "servebook.cli:main"}
     done = subprocess.run([sys.executable, "-m", "servebook", "--version"], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == f"servebook {__version__}"
+
+
+def test_a_transcript_fits_the_page_and_types_the_command_it_ran():
+    command = "advise llama-2-13b --gpu a100-80gb-sxm --prompt 30 --output 30 --batch 1000 --max-len 2048"
+    lines = cli.transcript(command).splitlines()
+    assert max(len(line) for line in lines) <= cli.WIDTH
+    typed = " ".join(line.removesuffix(" \\").strip() for line in lines[:2])
+    assert lines[0].endswith(" \\") and typed == f"$ servebook {command}"
+    error = cli.transcript("fit llama-2-13b --gpu a100").splitlines()
+    assert max(len(line) for line in error) <= cli.WIDTH and "rtx-4090" in error[-1]

@@ -321,4 +321,14 @@ def transcript(command: str) -> str:
             main(shlex.split(command), out=captured)
         except SystemExit:
             pass  # an error: its message is in the transcript, as a terminal shows it
-    return f"$ servebook {command}\n{captured.getvalue().rstrip()}"
+    # A command longer than a line continues with a backslash, as it would be typed; an error line
+    # (the one output not already laid out to WIDTH) wraps as a terminal of that width shows it.
+    typed = ["$ servebook"]
+    for option in re.split(r" (?=--)", command):  # an option stays on one line with its value
+        if len(typed[-1]) + 1 + len(option) > WIDTH - 2:
+            typed.append("    " + option)
+        else:
+            typed[-1] += " " + option
+    shown = [part for line in captured.getvalue().rstrip().splitlines()
+             for part in (textwrap.wrap(line, WIDTH, subsequent_indent="  ") if len(line) > WIDTH else [line])]
+    return "\n".join([" \\\n".join(typed), *shown])

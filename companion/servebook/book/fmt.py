@@ -6,6 +6,7 @@ so "3.125 GiB", "12.5%" and "+0.4%" look the same on every page.
 
 from __future__ import annotations
 
+import re
 import textwrap
 from collections.abc import Sequence
 
@@ -62,3 +63,15 @@ def wrap(text: str, width: int = WIDTH, indent: str = "") -> str:
     """``text`` broken at spaces into lines of at most ``width`` columns, later lines indented by ``indent``."""
     width = checks.whole("width", width, minimum=len(indent) + 1)
     return "\n".join(textwrap.wrap(text, width=width, subsequent_indent=indent, break_on_hyphens=False))
+
+
+_LABEL = re.compile(r"^\S.*?\s{2,}(?=\S)")  # "plan         ": a label and the spaces that align its value
+
+
+def hang(text: str, width: int = WIDTH) -> str:
+    """Labelled lines (``label   value``) wrapped to ``width``, each value's later lines under its start."""
+    lines = []
+    for line in text.splitlines():
+        label = _LABEL.match(line)
+        lines.append(wrap(line, width, " " * len(label.group(0))) if label and len(line) > width else line)
+    return "\n".join(lines)

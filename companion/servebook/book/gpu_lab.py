@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import lab
+from .. import lab, models
 from ..units import GiB
 from . import fmt
 
@@ -23,9 +23,26 @@ _COLUMNS = ("model", "variant", "quantity", "B", "S", "predicted", "measured", "
 _RIGHT = {"B", "S", "predicted", "measured", "ratio"}
 
 
+# What each measured quantity is called on the page (the results document keeps its field names).
+_QUANTITY_LABELS = {"weight_bytes": "weights", "kv_bytes": "KV cache", "allocated_bytes": "allocated",
+                    "peak_bytes": "peak", "prefill_s": "prefill", "decode_s": "decode step",
+                    "decode_graph_s": "decode, graph", "prefill_tokens_per_s": "prefill tok/s",
+                    "decode_tokens_per_s": "decode tok/s", "perplexity": "perplexity"}
+
+
+def _model_label(model: str) -> str:
+    """A run's model by display name: ``llama-2-7b/8`` (its shape divided by 8) reads ``Llama-2-7B/8``."""
+    name, _, reduced = model.partition("/")
+    shown = models.display_name(name) if name in models.names() else name
+    return f"{shown}/{reduced}" if reduced else shown
+
+
 def results_table(rows: list[dict[str, Any]], quantities=None):
     """A page table of result rows: predicted, measured and their ratio in readable units (:func:`lab.table`)."""
     shown = lab.table({"rows": rows}, quantities)
+    for row in shown:
+        row["model"] = _model_label(row["model"])
+        row["quantity"] = _QUANTITY_LABELS.get(row["quantity"], row["quantity"].replace("_", " "))
     return fmt.table(list(_COLUMNS), [[row[c] for c in _COLUMNS] for row in shown],
                      "".join("r" if c in _RIGHT else "l" for c in _COLUMNS))
 

@@ -9,8 +9,8 @@ import triton.language as tl
 
 
 @triton.jit
-def w4a16_kernel(x_ptr, codes_ptr, scales_ptr, zeros_ptr, bias_ptr, out_ptr,
-                 M, N, K, groups, group_size,
+def w4a16_kernel(x_ptr, codes_ptr, scales_ptr, zeros_ptr, bias_ptr,
+                 out_ptr, M, N, K, groups, group_size,
                  stride_xm, stride_cn, stride_sn, stride_om, stride_split,
                  ZERO_POINTS: tl.constexpr, BIAS: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -22,7 +22,8 @@ def w4a16_kernel(x_ptr, codes_ptr, scales_ptr, zeros_ptr, bias_ptr, out_ptr,
     beside this one on axis 2 take the others; the launcher adds their
     sums in a fixed order).  W_hat is never written to memory.
     """
-    pid_m, pid_n, pid_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    pid_m, pid_n = tl.program_id(0), tl.program_id(1)
+    pid_k = tl.program_id(2)
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)   # tokens
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)   # output features
     row_in, col_in = rows < M, cols < N

@@ -76,11 +76,12 @@ def prefill_cache(module, input_ids):
         return _returned_cache(module(input_ids=input_ids, use_cache=True))
 
 
-def timed(function: Callable[[], Any], device: Device) -> tuple[float, Any]:
-    """(seconds, result) of ``function()``, with the device synchronised before and after.
+def timed(function: Callable[[], Any],
+          device: Device) -> tuple[float, Any]:
+    """(seconds, result) of ``function()``, synchronised around it.
 
-    Without the second synchronisation a CUDA timer measures only the kernel
-    launches, which return at once.
+    Without the second synchronisation a CUDA timer measures only the
+    kernel launches, which return at once.
     """
     device.synchronize()
     start = time.perf_counter()
