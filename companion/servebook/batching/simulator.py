@@ -55,12 +55,14 @@ ALLOCATORS = ("paged", "naive")
 class _Live:
     """A request inside the server."""
 
-    __slots__ = ("req", "generated", "computed", "hashes", "new", "prefilling", "done", "scheduled_s",
-                 "first_token_s", "finish_s", "preemptions", "recomputed", "token_steps", "offset")
+    __slots__ = ("req", "generated", "known", "computed", "hashes", "stream", "new", "prefilling", "done",
+                 "scheduled_s", "first_token_s", "finish_s", "preemptions", "recomputed", "offset")
 
     def __init__(self, req: Request, offset: int) -> None:
         self.req = req
         self.generated = 0        # output tokens emitted so far
+        self.known = req.prompt_len  # tokens of its stream so far: the prompt and every token emitted
+        self.stream: list[int] = []  # the first tokens of its stream, built when first needed
         self.computed = 0         # tokens whose keys and values are in the cache
         self.hashes: list[bytes] = []  # block hashes of its stream, kept across preemptions
         self.new = 0              # tokens scheduled in the current step
@@ -73,10 +75,11 @@ class _Live:
         self.recomputed = 0       # tokens prefilled again after preemptions
         self.offset = offset      # where its tokens' steps start in the server's token_steps
 
-    @property
-    def known(self) -> int:
-        """Tokens of its stream so far: the prompt and every token emitted."""
-        return self.req.prompt_len + self.generated
+    def tokens(self) -> list[int]:
+        """Its stream so far, kept between calls (a waiting request asks every step)."""
+        if len(self.stream) != self.known:
+            self.stream = self.req.tokens(self.known)
+        return self.stream
 
 
 class _Server:
@@ -132,7 +135,9 @@ class _Server:
             if live.done:  # a finished member of a static batch, waiting for the others
                 i += 1
                 continue
-            new = min(live.known - live.computed, budget)
+            new = live.known - live.computed
+            if new > budget:
+                new = budget
             while True:
                 try:
                     self._write(live, new)
@@ -153,7 +158,7 @@ class _Server:
         if new == 1 and not live.prefilling:  # a decode: the token emitted last
             self.kv.append(rid, live.req.token(live.computed))
         else:
-            self.kv.extend(rid, live.req.tokens(live.computed + new), new)
+            self.kv.extend(rid, live.tokens(), new)
 
     def preempt(self) -> _Live:
         """Preempt the last running unfinished request by recomputation, and return it.
@@ -183,7 +188,7 @@ class _Server:
         while waiting and budget > 0 and len(running) < self.max_num_seqs:
             live = waiting[0]
             req, known = live.req, live.known
-            tokens = req.tokens(known)
+            tokens = live.tokens()
             cached = kv.cached_prefix(tokens, live.hashes) if kv_caches(kv) else 0
             new = known - cached
             if new > budget and not self.chunked:
@@ -232,6 +237,7 @@ class _Server:
             live.prefilling = False
             self.token_steps[live.offset + live.generated] = self.n_steps
             live.generated += 1
+            live.known += 1
             if live.generated == 1:
                 live.first_token_s = self.clock
             if live.generated >= live.req.output_len:
