@@ -33,11 +33,13 @@ counts tokens exactly; only the seconds are modelled.
   per-request records, per-token steps) and its :class:`Summary`;
 - :mod:`~servebook.batching.latency`: TTFT, TPOT, inter-token and end-to-end
   latency, percentiles, goodput under an :class:`SLO`, Little's law;
-- :mod:`~servebook.batching.defaults`: vLLM 0.33.0's defaults (caps per device) from its facts file.
+- :mod:`~servebook.batching.defaults`: vLLM 0.33.0's defaults (caps per device) from its facts file;
+- :mod:`~servebook.batching.reference`: the engine replayed on the traces vLLM 0.33.0 itself was driven on.
 """
 
 from .defaults import VLLM_VERSION, Limits, device_tier, vllm_facts, vllm_limits
 from .latency import SLO, goodput, inter_token_latencies, littles_law, meets, percentiles, request_latencies
+from .reference import Comparison, reference_comparison, reference_records, replay
 from .results import SimulationResult, Summary
 from .simulator import ALLOCATORS, POLICIES, simulate
 from .traces import Request, load_trace, lognormal_lengths, sample_trace, save_trace
@@ -47,4 +49,5 @@ __all__ = [
     "sample_trace", "lognormal_lengths", "load_trace", "save_trace", "simulate", "POLICIES", "ALLOCATORS",
     "SLO", "request_latencies", "inter_token_latencies", "percentiles", "meets", "goodput", "littles_law",
     "VLLM_VERSION", "Limits", "vllm_facts", "vllm_limits", "device_tier",
+    "Comparison", "reference_comparison", "reference_records", "replay",
 ]
