@@ -13,6 +13,8 @@ from .capacity_planning import C9_SEED_WEIGHTS, CAPACITY, SEED_BUDGET, CapacityC
 from .choosing_the_lever import LEVER_SCENARIOS, Scenario
 from .continuous_batching import BATCHING_SERVER, BatchingServer, batching_runs, batching_trace
 from .gptq_awq import OUTLIER_KINDS, planted_outliers, relative_error
+from .latency import (LATENCY_CONFIGS, LATENCY_RATES, LATENCY_SLO, ServerConfig, budget_run, chat_trace,
+                      latency_limits, latency_run, latency_sweep)
 from .kv_cache import KV_7B_CLASS, KV_BUDGET, KV_TOY, KVBudget
 from .modern_caches import (COMPARE_CONTEXT, CONTEXT_CAPACITY, MOE_CASE, VLLM_RESERVATION, WINDOW_CASE, ContextCapacity,
                             MoECase, VllmReservation, WindowCase, all_global, as_mha, kv_per_token_by_kind)
@@ -39,6 +41,9 @@ __all__ = [
     "KV_7B_CLASS",
     "KV_BUDGET",
     "KV_TOY",
+    "LATENCY_CONFIGS",
+    "LATENCY_RATES",
+    "LATENCY_SLO",
     "LEVER_SCENARIOS",
     "LengthMix",
     "MEMORY_BUCKETS",
@@ -58,6 +63,7 @@ __all__ = [
     "SPLIT_JOBS",
     "Scenario",
     "SeedBudget",
+    "ServerConfig",
     "SplitJob",
     "TENSOR_SIZES",
     "UNIT_RANGE",
@@ -69,8 +75,13 @@ __all__ = [
     "as_mha",
     "batching_runs",
     "batching_trace",
+    "budget_run",
+    "chat_trace",
     "chat_sessions",
     "kv_per_token_by_kind",
+    "latency_limits",
+    "latency_run",
+    "latency_sweep",
     "paging_walkthrough",
     "planted_outliers",
     "relative_error",
