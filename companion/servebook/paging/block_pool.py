@@ -163,6 +163,10 @@ class BlockPool:
         self._own(block)
         if block.ref_count <= 0:
             raise ValueError(f"block {block.block_id} is not in use (ref_count {block.ref_count})")
+        self._release(block)
+
+    def _release(self, block: Block) -> None:
+        # Unchecked: for the allocator, whose tables hold only used blocks of this pool.
         block.ref_count -= 1
         if block.ref_count == 0:
             self.tokens_in_use -= len(block.tokens)
@@ -174,7 +178,10 @@ class BlockPool:
 
     def lookup(self, key: bytes) -> Block | None:
         """A block cached under ``key`` (the first registered), or ``None``: by hash alone, as vLLM V1."""
-        same = self._by_hash.get(_key(key))
+        return self._lookup(_key(key))
+
+    def _lookup(self, key: bytes) -> Block | None:
+        same = self._by_hash.get(key)
         return next(iter(same.values())) if same else None
 
     def register(self, block: Block, key: bytes) -> None:
@@ -191,8 +198,16 @@ class BlockPool:
                              "only a full block is registered")
         if block.block_hash is not None:
             raise ValueError(f"block {block.block_id} is registered already")
+        self._register(block, key)
+
+    def _register(self, block: Block, key: bytes) -> None:
+        # Unchecked: for the allocator, which registers only the full used blocks it has just written.
         block.block_hash = key
-        self._by_hash.setdefault(key, {})[block.block_id] = block
+        same = self._by_hash.get(key)
+        if same is None:
+            self._by_hash[key] = {block.block_id: block}
+        else:
+            same[block.block_id] = block
 
 
 def _key(key: bytes) -> bytes:

@@ -142,7 +142,7 @@ class PagedAllocator:
         By hash alone, as vLLM V1.  At least the last token is always computed,
         even when the whole prompt is cached: the next token's logits come from it.
         """
-        lookup = self.pool.lookup
+        lookup = self.pool._lookup  # the hashes are the allocator's own
         hits: list[Block] = []
         for i in range((len(tokens) - 1) // self.block_size):
             block = lookup(hashes[i])
@@ -249,7 +249,7 @@ class PagedAllocator:
         i = len(seq.table) - 1
         if len(seq.hashes) <= i:
             seq.hashes.append(block_hash(seq.hashes[-1] if seq.hashes else None, seq.table[i].tokens))
-        self.pool.register(seq.table[i], seq.hashes[i])
+        self.pool._register(seq.table[i], seq.hashes[i])
 
     def extend(self, seq_id: Hashable, tokens: Sequence[int], num_new: int) -> None:
         """Write the next ``num_new`` of ``tokens`` (the sequence's whole stream so far) into ``seq_id``.
@@ -333,5 +333,6 @@ class PagedAllocator:
         """
         seq = self._get(seq_id)
         del self._seqs[seq_id]
+        release = self.pool._release
         for block in reversed(seq.table):
-            self.pool.release(block)
+            release(block)
