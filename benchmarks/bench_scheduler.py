@@ -146,18 +146,8 @@ def kv_tokens(finished: list[list[int]], rng: random.Random) -> list[int]:
     return finished[-1 - rng.randrange(min(len(finished), 20))]
 
 
-def replay_paged(calls: list[tuple], kv: PagedAllocator) -> None:
-    allocate, append, free = kv.allocate, kv.append, kv.free
-    for op, seq, arg in calls:
-        if op == APPEND:
-            append(seq, arg)
-        elif op == ADMIT:
-            allocate(seq, arg)
-        else:
-            free(seq)
-
-
-def replay_deque(calls: list[tuple], kv: DequeBlockManager) -> None:
+def replay(calls: list[tuple], kv: PagedAllocator | DequeBlockManager) -> None:
+    """The recorded calls against one manager (both take the same three calls)."""
     allocate, append, free = kv.allocate, kv.append, kv.free
     for op, seq, arg in calls:
         if op == APPEND:
@@ -194,8 +184,8 @@ def bench_allocator(repeats: int, n_requests: int = 1500) -> None:
     for blocks in (768, 16_384):
         contenders = {
             "PagedAllocator": (lambda b=blocks: PagedAllocator(b, BLOCK_SIZE, prefix_caching=True),
-                               lambda kv: replay_paged(calls, kv)),
-            "deque block manager": (lambda b=blocks: DequeBlockManager(b), lambda kv: replay_deque(calls, kv)),
+                               lambda kv: replay(calls, kv)),
+            "deque block manager": (lambda b=blocks: DequeBlockManager(b), lambda kv: replay(calls, kv)),
         }
         times = interleaved(contenders, repeats)
         for name, values in times.items():

@@ -129,6 +129,7 @@ class _Server:
         Returns the tokens left in the budget and how many requests were preempted.
         """
         kv, running, scheduled = self.kv, self.running, self.scheduled
+        append, write = kv.append, self._write
         budget, preempted, i = self.budget, 0, 0
         while i < len(running) and budget > 0:
             live = running[i]
@@ -140,7 +141,10 @@ class _Server:
                 new = budget
             while True:
                 try:
-                    self._write(live, new)
+                    if new == 1 and not live.prefilling:  # a decode: the token emitted last
+                        append(live.req.request_id, live.req.token(live.computed))
+                    else:
+                        write(live, new)
                     break
                 except OutOfBlocks:
                     preempted += 1
@@ -154,11 +158,8 @@ class _Server:
         return budget, preempted
 
     def _write(self, live: _Live, new: int) -> None:
-        rid = live.req.request_id
-        if new == 1 and not live.prefilling:  # a decode: the token emitted last
-            self.kv.append(rid, live.req.token(live.computed))
-        else:
-            self.kv.extend(rid, live.tokens(), new)
+        """The next ``new`` tokens of a prompt (a chunk, or a recomputation) into the cache."""
+        self.kv.extend(live.req.request_id, live.tokens(), new)
 
     def preempt(self) -> _Live:
         """Preempt the last running unfinished request by recomputation, and return it.
@@ -189,16 +190,17 @@ class _Server:
             live = waiting[0]
             req, known = live.req, live.known
             tokens = live.tokens()
-            cached = kv.cached_prefix(tokens, live.hashes) if kv_caches(kv) else 0
-            new = known - cached
-            if new > budget and not self.chunked:
-                break
-            new = min(new, budget)
             reserve = self.reserve_blocks if running else 0
+            if not self.chunked:  # a prompt that does not fit the budget whole waits
+                cached = kv.cached_prefix(tokens, live.hashes) if kv_caches(kv) else 0
+                if known - cached > budget:
+                    break
             try:
-                kv.allocate(req.request_id, tokens, num_new=new, reserve=reserve, hashes=live.hashes)
+                cached = kv.allocate(req.request_id, tokens, max_new=None if budget == math.inf else budget,
+                                     reserve=reserve, hashes=live.hashes)
             except OutOfBlocks:
                 break
+            new = min(known - cached, budget)
             waiting.popleft()
             if math.isnan(live.scheduled_s):
                 live.scheduled_s = self.clock

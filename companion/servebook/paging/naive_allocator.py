@@ -83,7 +83,7 @@ class NaiveAllocator:
         return bool(self._free_regions)
 
     def allocate(self, seq_id: Hashable, tokens: Sequence[int], *, num_new: int | None = None,
-                 reserve: int = 0, hashes: list[bytes] | None = None) -> int:
+                 max_new: int | None = None, reserve: int = 0, hashes: list[bytes] | None = None) -> int:
         """Reserve a whole ``max_len`` region for ``seq_id``; return 0 (no prefix caching).
 
         The first ``num_new`` tokens (default: all) are written now, the rest
@@ -94,6 +94,8 @@ class NaiveAllocator:
         check_new_id("seq_id", seq_id, self._seqs)
         n = self._check_prompt(tokens)
         n = n if num_new is None else whole("num_new", num_new, 1, n)
+        if max_new is not None:
+            n = min(n, whole("max_new", max_new, 1))
         whole("reserve", reserve, 0)
         if not self._free_regions:
             raise OutOfBlocks(f"all {self.num_regions} regions of {self.max_len} slots are reserved")

@@ -184,11 +184,13 @@ class PagedAllocator:
         return self._fits(self.pool, hits, ceil_div(len(tokens), self.block_size) - len(hits), keep_free)
 
     def allocate(self, seq_id: Hashable, tokens: Sequence[int], *, num_new: int | None = None,
-                 reserve: int = 0, hashes: list[bytes] | None = None) -> int:
+                 max_new: int | None = None, reserve: int = 0, hashes: list[bytes] | None = None) -> int:
         """Give ``seq_id`` blocks for its prompt ``tokens``; return how many tokens came from the cache.
 
         The cached prefix is shared; after it, ``num_new`` tokens (default: all
-        the rest) are written, as the step that computes them is scheduled, and
+        the rest, or at most ``max_new``: a step's token budget, so that a
+        scheduler need not look the prefix up first) are written, as the step
+        that computes them is scheduled, and
         their full blocks are hashed then (vLLM V1's ``allocate_slots``).  A
         chunked prefill writes the rest later with :meth:`extend`.  The whole
         prompt must fit with ``reserve`` blocks to spare (vLLM 0.33.0 admits a
@@ -211,6 +213,8 @@ class PagedAllocator:
             hashes, hits = [], []
         cached = len(hits) * self.block_size
         n_new = len(tokens) - cached if num_new is None else whole("num_new", num_new, 1, len(tokens) - cached)
+        if max_new is not None:
+            n_new = min(n_new, whole("max_new", max_new, 1))
         if not self._fits(self.pool, hits, ceil_div(len(tokens), self.block_size) - len(hits), reserve):
             raise OutOfBlocks(f"a prompt of {len(tokens)} tokens does not fit with {reserve} blocks to spare; "
                               f"{self.pool.num_available} free or cached (some may be this prompt's own hits)")
