@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servebook import advisor, paging, roofline
+from servebook import advisor, gpus, paging, roofline
 from servebook.advisor import Workload
 from servebook.book import scenarios
 from servebook.models import ModelSpec
@@ -57,9 +57,22 @@ def test_l51_b_weights_then_compute_bound_prefill_and_w8a8(advice_b):
 
 
 def test_the_goal_can_change_the_answer():
-    by_latency = advisor.advise(A.model, A.gpu, replace(A.workload, goal="latency"))
-    assert by_latency.best.lever != "PagedAttention"
-    assert by_latency.rows()[0]["lever"] == "baseline" and "x latency" in by_latency.rows()[0]
+    # Without vLLM's cap of 256 running requests, paging would run all 1,000 sessions in one
+    # compute-bound wave, and smaller waves finish some sessions sooner.
+    uncapped = advisor.advise(A.model, A.gpu, replace(A.workload, goal="latency", max_num_seqs=1024))
+    assert uncapped.best.lever != "PagedAttention"
+    assert uncapped.rows()[0]["lever"] == "baseline" and "x latency" in uncapped.rows()[0]
+    capped = advisor.advise(A.model, A.gpu, replace(A.workload, goal="latency"))
+    assert capped.best.lever == "PagedAttention" and capped.best.served.wave == 256
+
+
+def test_the_advisor_uses_vllms_caps_and_reports_latency(advice_a, advice_b):
+    assert advisor.caps(gpus.get(A.gpu), A.workload) == (256, 2048)      # an A100
+    assert advisor.caps(gpus.get(B.gpu), B.workload) == (1024, 8192)     # an H200
+    paged = advice_a.lever("PagedAttention").served
+    assert paged.fits > 1000 and paged.wave == 256                          # the cap binds, not memory
+    for served in (advice_a.baseline, paged, advice_b.baseline):
+        assert 0 < served.ttft_s < served.mean_latency_s and served.tpot_s > 0
 
 
 def test_continuous_batching_needs_unequal_outputs():

@@ -127,8 +127,18 @@ def test_prefix_caching_saves_prefill():
     trace = sample_trace(60, seed=3, prompt_mean=20, output_mean=20, max_len=512, shared_prefix_len=64)
     cold = simulate(trace, kv_slots=4096, max_len=512)
     warm = simulate(trace, kv_slots=4096, max_len=512, prefix_caching=True)
-    assert warm.steps["prefill_tokens"].sum() < cold.steps["prefill_tokens"].sum()
-    assert warm.steps["running"].sum() == cold.steps["running"].sum()
+    assert not cold.steps["preempted"].any() and not warm.steps["preempted"].any()
+    # Every prompt token is either computed or served from the cache, never both.
+    assert warm.steps["cached_tokens"].sum() > 0
+    assert warm.steps["prefill_tokens"].sum() + warm.steps["cached_tokens"].sum() == cold.steps["prefill_tokens"].sum()
+    # Without a token budget no prompt is split into chunks: one step per output token, cached or not.
+    whole = dict(kv_slots=4096, max_len=512, max_num_batched_tokens=None)
+    assert simulate(trace, **whole).steps["running"].sum() == trace_tokens(trace)
+    assert simulate(trace, prefix_caching=True, **whole).steps["running"].sum() == trace_tokens(trace)
+
+
+def trace_tokens(trace) -> int:
+    return sum(r.output_len for r in trace)
 
 
 def test_poisson_arrivals_idle_until_the_next_request():
@@ -212,48 +222,49 @@ def test_kv_shares_agree_with_the_summary_and_drop_the_drain(runs):
 # ---------------------------------------------------------------------------
 # The phases of an iteration
 
-def test_the_phases_of_an_iteration_do_what_their_names_say():
+def test_the_phases_of_a_step_do_what_their_names_say():
     trace = [Request(0, 0.0, 6, 4), Request(1, 0.0, 6, 4), Request(2, 9.0, 2, 1)]
     kv = PagedAllocator(num_blocks=4, block_size=4)
-    server = _Server(trace, kv, static=False, max_num_seqs=8, reserve_blocks=0, seconds=lambda *counts: 1.0)
+    server = _Server(trace, kv, static=False, max_num_seqs=8, budget=64, chunked=True, reserve_blocks=0,
+                     seconds=lambda *counts: 1.0)
 
-    def iteration():
-        return server.admit(), server.schedule(), server.step()
+    def one_step():
+        budget, preempted = server.schedule_running()
+        admitted, _ = server.admit(budget) if not preempted else (0, 0)
+        ran = server.step()
+        server.finish()
+        return admitted, preempted, ran
 
     assert server.arrive()                      # 0 and 1 are queued at time 0
-    admitted, preempted, (dt, running, prefill_tokens, decode_tokens, finished) = iteration()
+    admitted, preempted, (dt, prefill, decode, finished) = one_step()
     assert (admitted, preempted) == (2, 0) and kv.pool.num_available == 0  # two blocks each fill the pool
-    assert (dt, running, prefill_tokens, decode_tokens, finished) == (1.0, 2, 12, 0, 0)
-    server.finish()
+    assert (dt, prefill, decode, finished) == (1.0, 12, 0, 0)
     for _ in range(2):                          # the KV of tokens 7 and 8 fills each one's second block
-        assert server.arrive() and iteration()[1] == 0
-        server.finish()
+        assert server.arrive() and one_step()[1] == 0
     assert server.arrive()
-    admitted, preempted, (_, running, _, decode_tokens, finished) = iteration()
-    # 0 needs a third block: 1, admitted last, is preempted; 0 emits its last token
-    assert (admitted, preempted, running, decode_tokens, finished) == (0, 1, 1, 1, 1)
+    admitted, preempted, (_, _, decode, finished) = one_step()
+    # 0 needs a third block: 1, the last running, is preempted; 0 emits its last token
+    assert (admitted, preempted, decode, finished) == (0, 1, 1, 1)
     assert [live.req.request_id for live in server.waiting] == [1]
-    server.finish()
     assert server.arrive()
-    admitted, preempted, (_, _, prefill_tokens, _, finished) = iteration()
+    admitted, preempted, (_, prefill, _, finished) = one_step()
     # 1 comes back, recomputes its prompt and the 3 tokens it had generated, and emits its 4th
-    assert (admitted, preempted, prefill_tokens, finished) == (1, 0, 9, 1)
-    server.finish()
+    assert (admitted, preempted, prefill, finished) == (1, 0, 9, 1)
     assert not server.arrive() and server.clock == 9.0  # idle: the clock moves to the next arrival
     while server.busy:
         if server.arrive():
-            iteration()
-            server.finish()
+            one_step()
     # simulate is that loop over the phases
-    records = simulate(trace, kv_slots=16, block_size=4, max_len=16, watermark=0.0).requests
-    mine = server.per_request(trace)
-    assert all(np.array_equal(mine[field], records[field]) for field in records)
+    records = simulate(trace, kv_slots=16, block_size=4, max_len=16, max_num_batched_tokens=64).requests
     assert records["preemptions"].tolist() == [0, 1, 0] and records["recomputed_tokens"].tolist() == [0, 9, 0]
+    assert records["finish_s"].tolist() == [server.lives[i].finish_s for i in range(3)]
 
 
 # ---------------------------------------------------------------------------
-# Golden records: every per-iteration and per-request record of seeded runs,
+# Golden records: every per-step and per-request record of seeded runs,
 # recorded once; restructuring the simulator must reproduce them exactly.
+# (Re-recorded when the loop took vLLM V1's order: running first, admission only
+# in a step without preemption, a token budget.)
 
 GOLDEN = Path(__file__).parent / "data" / "batching-golden.json"
 
@@ -261,10 +272,10 @@ GOLDEN = Path(__file__).parent / "data" / "batching-golden.json"
 def golden_cases() -> dict[str, tuple[list[Request], dict]]:
     """Small runs that between them take every branch of the scheduler.
 
-    Preemption of a request admitted in the same iteration (the tight paged pools),
-    a static batch whose unfinished members were all preempted ("static-paged"),
-    idle gaps between Poisson arrivals, prefix-cache hits, a watermark, the step
-    model's seconds, and the sequence cap ("continuous-naive").
+    Preemptions in tight paged pools, a static batch whose unfinished members
+    were all preempted ("static-paged"), idle gaps between Poisson arrivals,
+    prefix-cache hits, a watermark, the step model's seconds, the sequence cap
+    ("continuous-naive"), and prompts split into chunks by a small token budget.
     """
     cost = roofline.StepModel("llama-2-13b", device="a100-40gb-sxm")
     online = sample_trace(20, seed=5, prompt_mean=24, output_mean=30, max_len=128, arrival_rate=8.0,
@@ -277,6 +288,8 @@ def golden_cases() -> dict[str, tuple[list[Request], dict]]:
         "static-paged": (offline, dict(kv_slots=160, policy="static", block_size=8, max_len=96, watermark=0.0)),
         "continuous-naive": (offline, dict(kv_slots=400, allocator="naive", max_len=96, max_num_seqs=3)),
         "static-naive": (online, dict(kv_slots=600, policy="static", allocator="naive", max_len=128)),
+        "continuous-paged-chunked": (online, dict(kv_slots=160, block_size=8, max_len=128, prefix_caching=True,
+                                                  max_num_batched_tokens=24, max_num_seqs=4)),
     }
 
 

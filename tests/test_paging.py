@@ -240,24 +240,42 @@ def test_cached_blocks_are_evicted_lru_and_only_when_no_free_block_is_left():
     assert kv.block_table("c")[0] == 0
 
 
-def test_a_hash_hit_is_confirmed_against_the_stored_tokens(monkeypatch):
-    # Patched where the allocator looks it up, so that every full block collides.
+def test_a_hit_is_found_by_hash_alone(monkeypatch):
+    # As in vLLM 0.33.0's V1 lookup: no token comparison, so a collision would serve another
+    # request's keys and values; that is why the hash is SHA-256.  Patched so every block collides.
     monkeypatch.setattr(paging.paged_allocator, "block_hash", lambda parent, tokens: b"every block collides")
     kv = PagedAllocator(num_blocks=8, block_size=2, prefix_caching=True)
     kv.allocate("a", [1, 2, 3])
-    assert kv.allocate("b", [7, 8, 9]) == 0
-    assert kv.tokens("b") == [7, 8, 9]
-    # The collision was real: b's full block found its key taken, so it stayed unregistered.
-    assert kv.pool.blocks[kv.block_table("b")[0]].block_hash is None
+    assert kv.allocate("b", [7, 8, 9]) == 2
+    assert kv.block_table("b")[0] == kv.block_table("a")[0]
 
 
-def test_duplicate_full_blocks_are_not_registered_twice():
+def test_duplicate_full_blocks_both_stay_reachable():
     kv = PagedAllocator(num_blocks=8, block_size=2, prefix_caching=True)
     kv.allocate("a", [1, 2])
-    kv.allocate("b", [1, 2])  # its only block is recomputed: same content, not registered
+    kv.allocate("b", [1, 2])  # its only block is recomputed (the last token always is): same content
     a, b = kv.block_table("a")[0], kv.block_table("b")[0]
-    assert kv.pool.blocks[a].block_hash is not None
-    assert kv.pool.blocks[b].block_hash is None
+    key = kv.pool.blocks[a].block_hash
+    assert key is not None and kv.pool.blocks[b].block_hash == key
+    assert kv.pool.blocks_with_hash(key) == [a, b] and kv.pool.num_hashes == 1
+    kv.free("a")
+    while kv.pool.num_free:               # use up the empty blocks, then evict a's cached copy
+        kv.pool.take()
+    kv.pool.take()
+    assert kv.pool.blocks_with_hash(key) == [b]
+    assert kv.cached_prefix([1, 2, 3]) == 2  # b's copy still serves the prefix
+
+
+def test_freed_empty_blocks_are_reused_first_and_cached_ones_last():
+    # vLLM 0.33.0's free_blocks: unhashed blocks to the front of the free queue (most recent
+    # first), hashed ones to the back, the request's tail first.
+    kv = PagedAllocator(num_blocks=6, block_size=2, prefix_caching=True)
+    kv.allocate("a", [1, 2, 3, 4, 5])     # blocks 0, 1 full (hashed), block 2 partial
+    kv.allocate("b", [9])                 # block 3
+    kv.free("a")
+    kv.free("b")
+    assert kv.pool.free_block_ids() == [3, 2, 4, 5]
+    assert kv.pool.cached_block_ids() == [1, 0]
 
 
 def test_can_allocate_has_no_side_effects_and_counts_revived_hits():
@@ -305,6 +323,20 @@ def _state(kv: PagedAllocator):
     (lambda kv: kv.fork("a", "b"), ValueError),              # child id exists
     (lambda kv: kv.fork("nobody", "c"), ValueError),
     (lambda kv: kv.can_allocate([1], keep_free=-1), ValueError),
+    (lambda kv: kv.allocate("z", [1, 2], reserve=-1), ValueError),
+    (lambda kv: kv.allocate("z", [1, 2], num_new=0), ValueError),
+    (lambda kv: kv.allocate("z", [1, 2], num_new=3), ValueError),
+    (lambda kv: kv.allocate("z", [1] * 5, reserve=7), OutOfBlocks),
+    (lambda kv: kv.extend("a", list(range(6)), 1), ValueError),  # nothing left to write
+    (lambda kv: kv.extend("nobody", [1], 1), ValueError),
+    (lambda kv: kv.pool.share(kv.pool.blocks[7]), ValueError),   # an empty free block
+    (lambda kv: kv.pool.share("block 0"), TypeError),
+    (lambda kv: kv.pool.release(kv.pool.blocks[7]), ValueError),
+    (lambda kv: kv.pool.register(kv.pool.blocks[kv.block_table("a")[1]], b"k"), ValueError),  # partly filled
+    (lambda kv: kv.pool.register(kv.pool.blocks[kv.block_table("a")[0]], b"k"), ValueError),  # hashed already
+    (lambda kv: kv.pool.register(kv.pool.blocks[7], b"k"), ValueError),  # free
+    (lambda kv: kv.pool.register(paging.BlockPool(8, 4).blocks[0], b"k"), ValueError),  # another pool's
+    (lambda kv: kv.pool.lookup("key"), TypeError),
 ])
 def test_bad_input_raises_and_changes_nothing(bad_call, error):
     kv = PagedAllocator(num_blocks=8, block_size=4, prefix_caching=True)
@@ -314,6 +346,24 @@ def test_bad_input_raises_and_changes_nothing(bad_call, error):
     with pytest.raises(error):
         bad_call(kv)
     assert _state(kv) == before
+
+
+def test_a_chunked_prompt_is_hashed_as_its_chunks_are_written():
+    kv = PagedAllocator(num_blocks=8, block_size=4, prefix_caching=True)
+    prompt = list(range(10))
+    assert kv.allocate("a", prompt, num_new=5) == 0          # first chunk: block 0 full, block 1 started
+    assert kv.cached_prefix(prompt + [99]) == 4               # only what was scheduled is in the cache
+    kv.extend("a", prompt, 5)                                 # the rest of the prompt
+    assert kv.num_tokens("a") == 10 and kv.tokens("a") == prompt
+    assert kv.cached_prefix(prompt + [99]) == 8
+
+
+def test_allocate_keeps_a_reserve_and_admits_the_whole_prompt_only():
+    kv = PagedAllocator(num_blocks=4, block_size=4)
+    with pytest.raises(OutOfBlocks):
+        kv.allocate("a", list(range(12)), num_new=4, reserve=2)  # 3 blocks + 2 spare > 4
+    kv.allocate("a", list(range(12)), num_new=4, reserve=1)
+    assert kv.pool.num_used == 1                                  # only the first chunk's block is taken
 
 
 def test_double_free_and_append_after_free_are_errors():

@@ -17,9 +17,14 @@ the way chapter 08 teaches:
    what each GPU delivers.
 
 How a workload is served on paper: requests run in *waves* of as many as fit
-at once (the rest wait for the next wave).  A wave is one prefill step of all
-its prompts, then one decode step per further output token; each step takes
-its roofline time (:mod:`servebook.roofline`), a lower bound.  A static batch
+at once, capped at the scheduler's ``max_num_seqs`` (vLLM 0.33.0's default for
+the GPU unless the workload sets it); the rest wait for the next wave.  A wave
+is its prefill, whole prompts packed into steps of at most
+``max_num_batched_tokens`` tokens (a longer prompt in chunks), then one decode
+step per further output token; each step takes its roofline time
+(:mod:`servebook.roofline`), a lower bound.  Latency is reported as the mean
+time to first token (the waves before, then the wave's prefill) and to the
+last token.  A static batch
 runs until its longest output is done; continuous batching refills a finished
 request's slot at once, modelled as every request taking its mean output length.
 
@@ -34,7 +39,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from . import memory, models, paging, parallel, roofline
+from . import batching, memory, models, paging, parallel, roofline
 from .checks import byte_count, choice, names, whole
 from .models import ModelSpec
 from .units import GiB, MiB, canonical_dtype, ceil_div
@@ -66,6 +71,10 @@ class Workload:
         cache counted per GPU as vLLM shards them (:mod:`servebook.parallel`);
         ``None`` = one GPU and the model's parameter count, the first edition's way.
     replicas: copies of the server, each serving its share of the requests.
+    max_num_seqs, max_num_batched_tokens: the scheduler's caps on the requests that run
+        together and on the tokens of one step; ``None`` = vLLM 0.33.0's server defaults
+        for the GPU (:func:`servebook.batching.vllm_limits`: 256 and 2,048 on an A100,
+        1,024 and 8,192 on an H100 or H200).
     """
 
     prompt_len: int
@@ -81,6 +90,8 @@ class Workload:
     block_size: int = 16
     tensor_parallel: int | None = None
     replicas: int = 1
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
 
     def __post_init__(self) -> None:
         whole("prompt_len", self.prompt_len, 1)
@@ -104,6 +115,9 @@ class Workload:
         if self.tensor_parallel is not None:
             whole("tensor_parallel", self.tensor_parallel, 1)
         whole("replicas", self.replicas, 1)
+        for name in ("max_num_seqs", "max_num_batched_tokens"):
+            if getattr(self, name) is not None:
+                whole(name, getattr(self, name), 1)
 
     @property
     def gpus(self) -> int:
@@ -141,6 +155,8 @@ class Served:
     prefill_bound: str
     decode_bound: str
     gpus: int = 1            # GPUs the configuration uses
+    ttft_s: float = float("nan")   # mean time to first token: the waves before, then the wave's prefill
+    tpot_s: float = float("nan")   # time per output token after the first: a decode step
 
     @property
     def throughput_per_gpu(self) -> float:
@@ -201,6 +217,7 @@ class Advice:
                     "weights (GiB)": round(s.weights / GiB, 1),
                     "KV/request (MiB)": round(s.reserved_per_request / MiB, 1),
                     "tokens/s": round(s.throughput), "mean latency (s)": round(s.mean_latency_s, 2),
+                    "TTFT (s)": round(s.ttft_s, 2),
                     f"x {goal}": round(gain, 2), "what it buys": note}
 
         rows = [row("", "baseline", self.baseline, 1.0, self.baseline.change)]
@@ -263,16 +280,44 @@ def _sizes(spec: ModelSpec, w: Workload, slots: int) -> tuple[int, int, int]:
             parallel.kv_cache_bytes_per_gpu(spec, layout, w.tokens, w.kv_dtype))
 
 
+def caps(device: roofline.GPU, w: Workload) -> tuple[int, int]:
+    """The scheduler's caps for ``w`` on ``device``: (max_num_seqs, max_num_batched_tokens)."""
+    limits = batching.vllm_limits(device)
+    return (w.max_num_seqs or limits.max_num_seqs, w.max_num_batched_tokens or limits.max_num_batched_tokens)
+
+
+def _prefill(spec: ModelSpec, device: roofline.GPU, w: Workload, batch: int,
+             budget: int) -> tuple[roofline.Bound, float]:
+    """A wave's prefill under a token budget per step: the bound of its first step, and its seconds.
+
+    Whole prompts are packed into steps of at most ``budget`` tokens; a prompt
+    longer than the budget is computed in chunks, one step each (chunked prefill).
+    """
+    recipe, shape = roofline.scheme(w.weights), _shape(spec, device, w)
+
+    def step(n: int, tokens: int, cached: int = 0) -> roofline.Bound:
+        cost = roofline.prefill_step(spec, n, tokens, recipe, w.kv_dtype, cached_tokens=cached, shape=shape)
+        return roofline.bound(cost, device)
+
+    if w.prompt_len <= budget:
+        per_step = min(batch, budget // w.prompt_len)
+        full, rest = divmod(batch, per_step)
+        first = step(per_step, w.prompt_len)
+        return first, full * first.time + (step(rest, w.prompt_len).time if rest else 0.0)
+    chunks = [step(1, min(budget, w.prompt_len - start), start) for start in range(0, w.prompt_len, budget)]
+    return chunks[0], batch * sum(c.time for c in chunks)
+
+
 def _wave(spec: ModelSpec, device: roofline.GPU, w: Workload,
-          batch: int) -> tuple[roofline.Bound, float, roofline.Bound]:
-    """One wave of ``batch`` requests on one replica: its prefill bound, its decode time, its decode step half-way."""
+          batch: int) -> tuple[roofline.Bound, float, float, roofline.Bound]:
+    """One wave of ``batch`` requests on one replica: its first prefill step's bound, the prefill's
+    and the decode's seconds, and its decode step half-way."""
     recipe, steps, shape = roofline.scheme(w.weights), _decode_steps(w), _shape(spec, device, w)
-    prefill = roofline.bound(roofline.prefill_step(spec, batch, w.prompt_len, recipe, w.kv_dtype, shape=shape),
-                             device)
+    prefill, prefill_s = _prefill(spec, device, w, batch, caps(device, w)[1])
     decode_s = roofline.decode_time(spec, device, batch, w.prompt_len, steps, recipe, w.kv_dtype, shape)
     mid = roofline.bound(roofline.decode_step(spec, batch, w.prompt_len + steps // 2, recipe, w.kv_dtype, shape),
                          device)
-    return prefill, decode_s, mid
+    return prefill, prefill_s, decode_s, mid
 
 
 def _serve(spec: ModelSpec, device: roofline.GPU, w: Workload, label: str, change: str) -> Served:
@@ -286,22 +331,24 @@ def _serve(spec: ModelSpec, device: roofline.GPU, w: Workload, label: str, chang
         nan = float("nan")
         return Served(label, change, weights, kv_pool, reserved, used, fits, requests, 0, nan, nan,
                       math.inf, math.inf, 0.0, "-", "-", w.gpus)
-    wave = min(fits, requests)
+    # A wave is what runs at once: what fits, capped by the scheduler's max_num_seqs on each replica.
+    wave = min(fits, requests, caps(device, w)[0] * w.replicas)
     full, rest = divmod(requests, wave)
-    prefill, decode_s, mid = _wave(spec, device, w, ceil_div(wave, w.replicas))  # the busiest replica's share
-    prefill_s, prefill_bound, decode_bound = prefill.time, prefill.bound, mid.bound
+    prefill, prefill_s, decode_s, mid = _wave(spec, device, w, ceil_div(wave, w.replicas))  # the busiest share
     wave_s = prefill_s + decode_s
-    # Waves run one after another; a request finishes with its wave.
-    finish = [wave_s * (k + 1) for k in range(full)]
-    latency_sum = wave * sum(finish)
+    # Waves run one after another; a request's first token ends its wave's prefill, its last the wave.
+    latency_sum = wave * sum(wave_s * (k + 1) for k in range(full))
+    ttft_sum = wave * sum(wave_s * k + prefill_s for k in range(full))
     makespan = wave_s * full
     if rest:
-        p, d, _ = _wave(spec, device, w, ceil_div(rest, w.replicas))
-        makespan += p.time + d
+        _, p, d, _ = _wave(spec, device, w, ceil_div(rest, w.replicas))
+        ttft_sum += rest * (makespan + p)
+        makespan += p + d
         latency_sum += rest * makespan
+    steps = _decode_steps(w)
     return Served(label, change, weights, kv_pool, reserved, used, fits, requests, wave, prefill_s, decode_s,
-                  makespan, latency_sum / requests, requests * w.output_len / makespan, prefill_bound, decode_bound,
-                  w.gpus)
+                  makespan, latency_sum / requests, requests * w.output_len / makespan, prefill.bound, mid.bound,
+                  w.gpus, ttft_sum / requests, decode_s / steps if steps else float("nan"))
 
 
 def _ratio(new: float, old: float) -> float:
@@ -412,10 +459,10 @@ def _diagnose(spec: ModelSpec, device: roofline.GPU, w: Workload, base: Served):
                    + (f", {requested} asked for" if w.batch is not None else ""))
 
     # Time at the batch the workload asks for, as if it fitted: which phase, which roof.
-    pre, dec_s, mid = _wave(spec, device, w, requested)
-    total = pre.time + dec_s
-    prefill_share = pre.time / total
-    time_line = (f"time at batch {requested}: prefill {pre.time:,.3g} s ({prefill_share:.0%}, {pre.bound}-bound: "
+    pre, pre_s, dec_s, mid = _wave(spec, device, w, requested)
+    total = pre_s + dec_s
+    prefill_share = pre_s / total
+    time_line = (f"time at batch {requested}: prefill {pre_s:,.3g} s ({prefill_share:.0%}, {pre.bound}-bound: "
                  f"{pre.step.intensity:,.0f} FLOP/B vs ridge {pre.ridge:,.0f}), decode {dec_s:,.3g} s "
                  f"({1 - prefill_share:.0%}, {mid.bound}-bound: {mid.step.intensity:,.1f} FLOP/B mid-way)")
 

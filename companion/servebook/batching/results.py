@@ -28,6 +28,9 @@ class Summary:
     latency_p90_s: float
     latency_p99_s: float
     ttft_p50_s: float
+    ttft_p99_s: float
+    tpot_p50_s: float
+    tpot_p99_s: float
     normalized_latency_s: float  # mean of latency / output tokens, as in the vLLM paper
     preemptions: int
     recomputed_tokens: int       # prompt and output tokens prefilled again after a preemption
@@ -35,18 +38,25 @@ class Summary:
 
 @dataclass
 class SimulationResult:
-    """Per-iteration records (``steps``) and per-request records (``requests``), as numpy arrays.
+    """Per-step records (``steps``) and per-request records (``requests``), as numpy arrays.
 
-    ``steps``, one entry per iteration: ``time_s`` (clock at its end), ``dt``,
-    ``running`` (requests that prefilled or decoded, so also the tokens
-    generated), ``waiting``, ``admitted``, ``preempted``, ``finished``,
-    ``prefill_tokens``, ``decode_tokens``, ``tokens_stored`` and
-    ``slots_reserved`` (whole blocks or whole regions; reserved minus stored is
-    the waste, and reserved / block size the blocks in use).
+    ``steps``, one entry per step: ``time_s`` (clock at its end), ``dt``,
+    ``running`` (requests scheduled in the step), ``waiting`` (queued after
+    it), ``admitted``, ``preempted``, ``finished``, ``prefill_tokens``,
+    ``decode_tokens``, ``cached_tokens`` (prompt tokens the step's admissions
+    took from the prefix cache), ``tokens_stored`` and ``slots_reserved``
+    (whole blocks or whole regions; reserved minus stored is the waste),
+    ``blocks_free`` (free or cached blocks; regions for the naive allocator)
+    and ``in_flight`` (requests holding KV memory after the step).
 
     ``requests``, one entry per request in trace order: ``request_id``,
-    ``arrival_s``, ``prompt_len``, ``output_len``, ``first_token_s``,
-    ``finish_s``, ``preemptions``, ``recomputed_tokens``.
+    ``arrival_s``, ``prompt_len``, ``output_len``, ``scheduled_s`` (start of
+    the step that first scheduled it), ``first_token_s``, ``finish_s``,
+    ``preemptions``, ``recomputed_tokens``.
+
+    ``token_steps``: the step at which each output token came out, request after
+    request (``token_offsets[i]`` is where request ``i``'s start), so that
+    per-token times are one array lookup, ``steps["time_s"][token_steps]``.
     """
 
     policy: str
@@ -55,6 +65,36 @@ class SimulationResult:
     steps: dict[str, np.ndarray]
     requests: dict[str, np.ndarray]
     config: dict = field(default_factory=dict)
+    token_steps: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+    @classmethod
+    def of(cls, policy: str, allocator: str, slots_total: int, steps: dict, trace: list, server,
+           config: dict) -> SimulationResult:
+        """The result of a finished server run (``server`` is the simulator's, after its last step)."""
+        ordered = [server.lives[r.request_id] for r in trace]
+        requests = {
+            "request_id": np.array([v.req.request_id for v in ordered]),
+            "arrival_s": np.array([v.req.arrival_s for v in ordered]),
+            "prompt_len": np.array([v.req.prompt_len for v in ordered]),
+            "output_len": np.array([v.req.output_len for v in ordered]),
+            "scheduled_s": np.array([v.scheduled_s for v in ordered]),
+            "first_token_s": np.array([v.first_token_s for v in ordered]),
+            "finish_s": np.array([v.finish_s for v in ordered]),
+            "preemptions": np.array([v.preemptions for v in ordered]),
+            "recomputed_tokens": np.array([v.recomputed for v in ordered]),
+        }
+        token_steps = np.frombuffer(server.token_steps, dtype=np.int64).copy()
+        return cls(policy, allocator, slots_total, steps, requests, config, token_steps)
+
+    @property
+    def token_offsets(self) -> np.ndarray:
+        """Where each request's tokens start in ``token_steps`` (one more entry: the end)."""
+        return np.concatenate([[0], np.cumsum(self.requests["output_len"])])
+
+    def token_times(self, index: int) -> np.ndarray:
+        """When each output token of the ``index``-th request (trace order) came out, in seconds."""
+        lo, hi = self.token_offsets[index:index + 2]
+        return self.steps["time_s"][self.token_steps[lo:hi]]
 
     def kv_shares(self, *, while_queued: bool = False) -> tuple[float, float, float]:
         """Time-weighted KV shares: (tokens / reserved slots, reserved / pool, tokens / pool).
@@ -80,6 +120,8 @@ class SimulationResult:
         latency = r["finish_s"] - r["arrival_s"]
         makespan = float(r["finish_s"].max() - r["arrival_s"].min())
         out_tokens = int(r["output_len"].sum())
+        ttft = r["first_token_s"] - r["arrival_s"]
+        tpot = time_per_output_token(r)
         return Summary(
             policy=self.policy, allocator=self.allocator, n_requests=len(latency), iterations=len(dt),
             makespan_s=makespan, output_tokens=out_tokens,
@@ -88,7 +130,24 @@ class SimulationResult:
             kv_token_share=token_share, kv_reserved_share=reserved_share, kv_pool_token_share=pool_token_share,
             latency_p50_s=float(np.percentile(latency, 50)), latency_p90_s=float(np.percentile(latency, 90)),
             latency_p99_s=float(np.percentile(latency, 99)),
-            ttft_p50_s=float(np.percentile(r["first_token_s"] - r["arrival_s"], 50)),
+            ttft_p50_s=float(np.percentile(ttft, 50)), ttft_p99_s=float(np.percentile(ttft, 99)),
+            tpot_p50_s=_percentile(tpot, 50), tpot_p99_s=_percentile(tpot, 99),
             normalized_latency_s=float(np.mean(latency / r["output_len"])),
             preemptions=int(r["preemptions"].sum()), recomputed_tokens=int(r["recomputed_tokens"].sum()),
         )
+
+
+def time_per_output_token(requests: dict[str, np.ndarray]) -> np.ndarray:
+    """Per request, (finish - first token) / (output tokens - 1); NaN for a one-token answer.
+
+    TPOT as vLLM's benchmarks define it: the mean gap between a request's
+    tokens after the first, so that TTFT + (n - 1) TPOT is the end-to-end latency.
+    """
+    gaps = requests["output_len"] - 1
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(gaps > 0, (requests["finish_s"] - requests["first_token_s"]) / np.maximum(gaps, 1), np.nan)
+
+
+def _percentile(values: np.ndarray, q: float) -> float:
+    values = values[~np.isnan(values)]
+    return float(np.percentile(values, q)) if values.size else float("nan")

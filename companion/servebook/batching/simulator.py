@@ -1,13 +1,41 @@
-"""The simulated server: an iteration in named phases, and :func:`simulate`, the loop over them.
+"""The simulated server: vLLM 0.33.0's V1 scheduling loop, one step at a time, and :func:`simulate`.
 
-Each iteration runs *arrive*, *admit*, *schedule* (which may *preempt*), *step*
-and *finish*, each a method of :class:`_Server`; the module docstring of
-:mod:`servebook.batching` says what the two policies and the two allocators do.
+Each step runs the phases of ``Scheduler.schedule`` and ``update_from_output``
+in ``vllm/v1/core/sched/scheduler.py`` (vLLM 0.33.0, FCFS), restated:
+
+1. *arrive*: requests whose time has come join the waiting queue;
+2. *schedule the running*, in the order they were admitted, from one token
+   budget (``max_num_batched_tokens``): each takes the tokens it still has to
+   compute (one for a decode, the rest of its prompt, or a chunk of it); when
+   its new tokens need a block and none is free, the *last* running request is
+   preempted by recomputation (its blocks freed, back to the head of the
+   queue), until the blocks fit or the request preempted itself, which ends
+   this phase;
+3. *admit the waiting*, only in a step that preempted nothing, while the
+   budget lasts and fewer than ``max_num_seqs`` run: the prefix cache is
+   looked up, the whole sequence must fit (with the watermark to spare while
+   others run), and the first chunk is scheduled (without chunked prefill a
+   prompt longer than the budget waits);
+4. *step*: every scheduled request computes its tokens in one forward pass,
+   timed by the library's one step model; a request that has computed all it
+   knows emits one token;
+5. *finish*: a request that emitted its last token frees its blocks.
+
+A block is hashed when its step is scheduled (the allocator does it as the
+tokens are written), so a request admitted later in the same step may hit
+it, and no preempted request leaves hashes behind on blocks nobody computed.
+
+Differences on purpose: static batching (admit only into an empty server, free
+a batch's memory when all its members have finished) and the naive allocator
+are teaching baselines that vLLM does not have; priority scheduling,
+speculative decoding, ``long_prefill_token_threshold`` (0 by default) and
+asynchronous scheduling are left out.
 """
 
 from __future__ import annotations
 
 import math
+from array import array
 from collections import deque
 from collections.abc import Sequence
 
@@ -27,48 +55,56 @@ ALLOCATORS = ("paged", "naive")
 class _Live:
     """A request inside the server."""
 
-    __slots__ = ("req", "generated", "stored", "fresh", "done", "first_token_s", "finish_s", "preemptions",
-                 "prefilled", "recomputed")
+    __slots__ = ("req", "generated", "known", "computed", "hashes", "stream", "new", "prefilling", "done",
+                 "scheduled_s", "first_token_s", "finish_s", "preemptions", "recomputed", "offset")
 
-    def __init__(self, req: Request) -> None:
+    def __init__(self, req: Request, offset: int) -> None:
         self.req = req
         self.generated = 0        # output tokens emitted so far
-        self.stored = 0           # tokens whose keys and values are in the cache
-        self.fresh = False        # admitted (prefilled) in the current iteration
+        self.known = req.prompt_len  # tokens of its stream so far: the prompt and every token emitted
+        self.stream: list[int] = []  # the first tokens of its stream, built when first needed
+        self.computed = 0         # tokens whose keys and values are in the cache
+        self.hashes: list[bytes] = []  # block hashes of its stream, kept across preemptions
+        self.new = 0              # tokens scheduled in the current step
+        self.prefilling = False   # computing a prompt (or recomputing after a preemption)
         self.done = False
+        self.scheduled_s = math.nan
         self.first_token_s = math.nan
         self.finish_s = math.nan
         self.preemptions = 0
-        self.prefilled = 0        # tokens prefilled in the current iteration
         self.recomputed = 0       # tokens prefilled again after preemptions
+        self.offset = offset      # where its tokens' steps start in the server's token_steps
+
+    def tokens(self) -> list[int]:
+        """Its stream so far, kept between calls (a waiting request asks every step)."""
+        if len(self.stream) != self.known:
+            self.stream = self.req.tokens(self.known)
+        return self.stream
 
 
 class _Server:
-    """The queues, the batch and the KV allocator between iterations; one method per phase.
-
-    An iteration runs the phases in this order: :meth:`arrive` (requests whose
-    time has come join the queue), :meth:`admit` (queued requests join the batch
-    while their prompts fit), :meth:`schedule` (every decoding request writes
-    the KV of the token it emitted last, calling :meth:`preempt` when blocks run out),
-    :meth:`step` (the batch runs and emits one token per request), and
-    :meth:`finish` (finished requests free their memory).  Each phase is a
-    method of its own so that a scheduler with another order can reuse them.
-    """
+    """The queues, the batch and the KV allocator between steps; one method per phase."""
 
     def __init__(self, requests: list[Request], kv: PagedAllocator | NaiveAllocator, *, static: bool,
-                 max_num_seqs: int, reserve_blocks: int, seconds) -> None:
+                 max_num_seqs: int, budget: int, chunked: bool, reserve_blocks: int, seconds) -> None:
         self.kv = kv
         self.static = static
         self.max_num_seqs = max_num_seqs
-        self.reserve_blocks = reserve_blocks   # blocks a paged admission must leave free (the watermark)
-        self.seconds = seconds                 # (tokens, cached_tokens, pairs) -> seconds of one iteration
-        self.lives = {r.request_id: _Live(r) for r in requests}
-        self.pending = deque(sorted(requests, key=lambda r: (r.arrival_s, r.request_id)))
+        self.budget = budget                   # tokens per step
+        self.chunked = chunked
+        self.reserve_blocks = reserve_blocks   # blocks an admission leaves free while others run (the watermark)
+        self.seconds = seconds                 # (tokens, cached_tokens, pairs, logits_tokens) -> seconds of a step
+        offsets = [0]
+        for r in requests:
+            offsets.append(offsets[-1] + r.output_len)
+        self.lives = {r.request_id: _Live(r, o) for r, o in zip(requests, offsets)}
+        self.token_steps = array("l", bytes(8 * offsets[-1]))  # the step at which each output token came out
+        self.pending = deque(requests)
         self.waiting: deque[_Live] = deque()
         self.running: list[_Live] = []         # in the order of admission
-        self.finished: list[_Live] = []        # emitted their last token in the current iteration
-        self.unfinished = 0                    # requests in the batch still to finish, after the last step
-        self.clock = self.pending[0].arrival_s
+        self.scheduled: list[_Live] = []       # this step's, in scheduling order
+        self.clock = requests[0].arrival_s
+        self.n_steps = 0
 
     @property
     def busy(self) -> bool:
@@ -87,65 +123,46 @@ class _Server:
             return False
         return True
 
-    def admit(self) -> int:
-        """Queued requests join the batch, in order, while their prompts' KV cache fits; return how many.
+    def schedule_running(self) -> tuple[int, int]:
+        """Give the running requests their tokens for this step, preempting when blocks run out.
 
-        Continuous batching admits at every iteration, static batching only into an empty server.
+        Returns the tokens left in the budget and how many requests were preempted.
         """
-        if self.static and self.running:
-            return 0
-        kv, waiting, running = self.kv, self.waiting, self.running
-        admitted = 0
-        while waiting and len(running) < self.max_num_seqs:
-            live = waiting[0]
-            # A preempted request recomputes its prompt and every token it had generated.
-            tokens = live.req.tokens(live.req.prompt_len + live.generated)
-            if not self._fits(tokens):
-                break
-            cached = kv.allocate(live.req.request_id, tokens)
-            waiting.popleft()
-            live.fresh, live.stored, live.prefilled = True, len(tokens), len(tokens) - cached
-            if live.preemptions:
-                live.recomputed += len(tokens) - cached
-            running.append(live)
-            admitted += 1
-        return admitted
-
-    def _fits(self, tokens: list[int]) -> bool:
-        # The watermark only guards running requests; an empty server admits whatever fits.
-        if self.reserve_blocks and self.running:
-            return self.kv.can_allocate(tokens, keep_free=self.reserve_blocks)
-        return self.kv.can_allocate(tokens)
-
-    def schedule(self) -> int:
-        """Every running request that was not just prefilled writes the KV of the token it emitted last.
-
-        When no block is free, requests are preempted, most recently admitted
-        first, until the write fits or the writer itself was preempted.  Return
-        how many were preempted.
-        """
-        kv, running = self.kv, self.running
-        preempted = 0
-        i = 0
-        while i < len(running):
+        kv, running, scheduled = self.kv, self.running, self.scheduled
+        append, write = kv.append, self._write
+        budget, preempted, i = self.budget, 0, 0
+        while i < len(running) and budget > 0:
             live = running[i]
-            if live.done or live.fresh:
+            if live.done:  # a finished member of a static batch, waiting for the others
                 i += 1
                 continue
+            new = live.known - live.computed
+            if new > budget:
+                new = budget
             while True:
                 try:
-                    kv.append(live.req.request_id, live.req.token(live.stored))
-                    live.stored += 1
-                    i += 1
+                    if new == 1 and not live.prefilling:  # a decode: the token emitted last
+                        append(live.req.request_id, live.req.token(live.computed))
+                    else:
+                        write(live, new)
                     break
                 except OutOfBlocks:
                     preempted += 1
                     if self.preempt() is live:
-                        break  # running[i] is now the next request
-        return preempted
+                        return budget, preempted
+            live.new = new
+            live.computed += new
+            scheduled.append(live)
+            budget -= new
+            i += 1
+        return budget, preempted
+
+    def _write(self, live: _Live, new: int) -> None:
+        """The next ``new`` tokens of a prompt (a chunk, or a recomputation) into the cache."""
+        self.kv.extend(live.req.request_id, live.tokens(), new)
 
     def preempt(self) -> _Live:
-        """Preempt the most recently admitted unfinished request by recomputation, and return it.
+        """Preempt the last running unfinished request by recomputation, and return it.
 
         Its blocks are freed and it goes back to the head of the queue; readmitted,
         it prefills its prompt and every token it had generated.
@@ -153,94 +170,112 @@ class _Server:
         victim = next(v for v in reversed(self.running) if not v.done)
         self.kv.free(victim.req.request_id)
         self.running.remove(victim)
-        victim.stored = 0
+        victim.computed = victim.new = 0
+        victim.prefilling = False
         victim.preemptions += 1
-        victim.fresh, victim.prefilled = False, 0
         self.waiting.appendleft(victim)
         return victim
 
-    def step(self) -> tuple[float, int, int, int, int] | None:
-        """The batch runs one iteration: each request prefills or decodes, then emits one token.
+    def admit(self, budget: int) -> tuple[int, int]:
+        """Waiting requests join the batch, in order, while budget, cap and blocks allow.
 
-        Returns the iteration's seconds, the requests that ran, the tokens they
-        prefilled and decoded, and how many emitted their last token; ``None`` if
-        no request could run (every unfinished member of a static batch was preempted).
+        Returns how many were admitted and the prompt tokens they took from the prefix cache.
+        Static batching admits only into an empty server.
         """
-        active = prefill_tokens = decode_tokens = context = pairs = 0
-        for live in self.running:
-            if live.done:
-                continue
-            active += 1
-            context += live.stored
-            new = live.prefilled if live.fresh else 1
-            pairs += attention_pairs(new, live.stored - new)
-            if live.fresh:
-                prefill_tokens += live.prefilled
+        if self.static and self.running:
+            return 0, 0
+        kv, waiting, running = self.kv, self.waiting, self.running
+        admitted = cached_total = 0
+        while waiting and budget > 0 and len(running) < self.max_num_seqs:
+            live = waiting[0]
+            req, known = live.req, live.known
+            tokens = live.tokens()
+            reserve = self.reserve_blocks if running else 0
+            if not self.chunked:  # a prompt that does not fit the budget whole waits
+                cached = kv.cached_prefix(tokens, live.hashes) if kv_caches(kv) else 0
+                if known - cached > budget:
+                    break
+            try:
+                cached = kv.allocate(req.request_id, tokens, max_new=None if budget == math.inf else budget,
+                                     reserve=reserve, hashes=live.hashes)
+            except OutOfBlocks:
+                break
+            new = min(known - cached, budget)
+            waiting.popleft()
+            if math.isnan(live.scheduled_s):
+                live.scheduled_s = self.clock
+            live.computed, live.new, live.prefilling = cached + new, new, True
+            if live.preemptions:
+                live.recomputed += known - cached
+            running.append(live)
+            self.scheduled.append(live)
+            budget -= new
+            admitted += 1
+            cached_total += cached
+        return admitted, cached_total
+
+    def step(self) -> tuple[float, int, int, int]:
+        """The scheduled requests run one forward pass; those that computed all they know emit a token.
+
+        Returns the step's seconds, the tokens prefilled and decoded, and how many emitted their last token.
+        """
+        prefill = decode = context = pairs = 0
+        for live in self.scheduled:
+            new = live.new
+            if live.prefilling:
+                prefill += new
             else:
-                decode_tokens += 1
-        if not active:
-            if self.static and self.running:
-                self.unfinished = 0
-                return None
-            raise RuntimeError("the scheduler made no progress")  # unreachable with a validated trace
-        processed = prefill_tokens + decode_tokens
-        dt = self.seconds(processed, context - processed, pairs)
+                decode += new
+            before = live.computed - new
+            context += before
+            pairs += attention_pairs(new, before)
+        dt = self.seconds(prefill + decode, context, pairs, len(self.scheduled)) if self.scheduled else 0.0
         self.clock += dt
-        # Each request that ran emits one token: a just-prefilled one, its first.
-        for live in self.running:
-            if live.done:
-                continue
+        finished = 0
+        for live in self.scheduled:
+            live.new = 0
+            if live.computed < live.known:
+                continue  # a chunk of a prompt: its last position is not the end yet
+            live.prefilling = False
+            self.token_steps[live.offset + live.generated] = self.n_steps
             live.generated += 1
-            if live.fresh:
-                live.fresh = False
-                live.prefilled = 0
-                if math.isnan(live.first_token_s):
-                    live.first_token_s = self.clock
+            live.known += 1
+            if live.generated == 1:
+                live.first_token_s = self.clock
             if live.generated >= live.req.output_len:
                 live.done = True
                 live.finish_s = self.clock
-                self.finished.append(live)
-        self.unfinished = active - len(self.finished)
-        return dt, active, prefill_tokens, decode_tokens, len(self.finished)
+                finished += 1
+        self.n_steps += 1
+        return dt, prefill, decode, finished
 
     def finish(self) -> None:
-        """Finished requests free their KV memory: at once (continuous), or with the whole batch (static).
-
-        A static batch ends when every member still in it has finished (members
-        that were preempted left it for the queue).
-        """
+        """Finished requests free their KV memory: at once (continuous), or with the whole batch (static)."""
         kv, running = self.kv, self.running
         if self.static:
-            if not self.unfinished:
+            if running and all(v.done for v in running):
                 for live in running:
                     kv.free(live.req.request_id)
                 running.clear()
-        elif self.finished:
-            for live in self.finished:
-                kv.free(live.req.request_id)
+        elif any(v.done for v in self.scheduled):
+            for live in self.scheduled:
+                if live.done:
+                    kv.free(live.req.request_id)
             running[:] = [v for v in running if not v.done]
-        self.finished = []
+        self.scheduled = []
 
-    def per_request(self, requests: list[Request]) -> dict[str, np.ndarray]:
-        """The per-request records of :class:`SimulationResult`, in the order of ``requests``."""
-        ordered = [self.lives[r.request_id] for r in requests]
-        return {
-            "request_id": np.array([v.req.request_id for v in ordered]),
-            "arrival_s": np.array([v.req.arrival_s for v in ordered]),
-            "prompt_len": np.array([v.req.prompt_len for v in ordered]),
-            "output_len": np.array([v.req.output_len for v in ordered]),
-            "first_token_s": np.array([v.first_token_s for v in ordered]),
-            "finish_s": np.array([v.finish_s for v in ordered]),
-            "preemptions": np.array([v.preemptions for v in ordered]),
-            "recomputed_tokens": np.array([v.recomputed for v in ordered]),
-        }
+
+def kv_caches(kv: PagedAllocator | NaiveAllocator) -> bool:
+    """Whether ``kv`` looks prompts up in a prefix cache."""
+    return isinstance(kv, PagedAllocator) and kv.prefix_caching
 
 
 _STEP_FIELDS = ("time_s", "dt", "running", "waiting", "admitted", "preempted", "finished",
-                "prefill_tokens", "decode_tokens", "tokens_stored", "slots_reserved")
+                "prefill_tokens", "decode_tokens", "cached_tokens", "tokens_stored", "slots_reserved",
+                "blocks_free", "in_flight")
 
 
-def _checked_trace(requests: Sequence[Request]) -> list[Request]:
+def _checked_trace(requests: Sequence[Request], max_len: int) -> list[Request]:
     requests = list(requests)
     if not requests:
         raise ValueError("requests must not be empty")
@@ -248,7 +283,15 @@ def _checked_trace(requests: Sequence[Request]) -> list[Request]:
         if not isinstance(r, Request):
             raise TypeError(f"requests must hold Request objects, got {type(r).__name__}")
     if len({r.request_id for r in requests}) != len(requests):
-        raise ValueError("request_id values must be unique")
+        raise ValueError("requests: request_id values must be unique")
+    late = next((i for i in range(1, len(requests)) if requests[i].arrival_s < requests[i - 1].arrival_s), None)
+    if late is not None:
+        raise ValueError(f"requests must be in order of arrival_s: request {requests[late].request_id} "
+                         f"arrives at {requests[late].arrival_s:g} s, before the one listed before it")
+    too_long = [r.request_id for r in requests if r.total_len > max_len]
+    if too_long:
+        raise ValueError(f"requests: {len(too_long)} exceed max_len = {max_len} tokens, the context "
+                         f"(first: id {too_long[0]})")
     return requests
 
 
@@ -260,41 +303,42 @@ def _kv_cache(allocator: str, requests: list[Request], kv_slots: int, block_size
         if num_blocks == 0:
             raise ValueError(f"kv_slots ({kv_slots}) is smaller than one block ({block_size})")
         kv = PagedAllocator(num_blocks, block_size, prefix_caching=prefix_caching)
-        reserve_blocks = int(watermark * num_blocks)
         # The last generated token's KV is never written, so a request holds at most total_len - 1 tokens.
         longest = max(r.total_len - 1 for r in requests)
         if ceil_div(longest, block_size) > num_blocks:
-            raise ValueError(f"a request of {longest + 1} tokens can never fit {num_blocks} blocks of {block_size}")
-    else:
-        kv = NaiveAllocator(kv_slots, max_len)
-        reserve_blocks = 0
-    too_long = [r.request_id for r in requests if r.total_len > max_len]
-    if too_long:
-        raise ValueError(f"{len(too_long)} request(s) exceed max_len = {max_len} (first: id {too_long[0]})")
-    return kv, reserve_blocks
+            raise ValueError(f"kv_slots: a request of {longest + 1} tokens can never fit "
+                             f"{num_blocks} blocks of {block_size}")
+        return kv, int(watermark * num_blocks)  # vLLM: int(watermark * num_blocks)
+    return NaiveAllocator(kv_slots, max_len), 0
 
 
-def _iteration_seconds(cost: StepModel | None):
+def _step_seconds(cost: StepModel | None, max_len: int):
     if cost is None:
-        return lambda tokens, cached_tokens, pairs: 1.0
+        return lambda tokens, cached_tokens, pairs, logits_tokens: 1.0
     if not isinstance(cost, StepModel) or cost.gpu is None:
         raise TypeError(f"cost must be a roofline.StepModel built with a device, got {cost!r}")
+    context = cost.spec.max_seq_len
+    if context is not None and max_len > context:
+        raise ValueError(f"max_len ({max_len}) exceeds {cost.spec.name}'s context of {context} tokens")
     return cost.seconds
 
 
 def simulate(requests: Sequence[Request], *, kv_slots: int, policy: str = "continuous",
              allocator: str = "paged", block_size: int = 16, max_len: int = 2048, max_num_seqs: int = 256,
-             watermark: float = 0.01, prefix_caching: bool = False,
-             cost: StepModel | None = None) -> SimulationResult:
-    """Run ``requests`` through a scheduler and a KV allocator of ``kv_slots`` token slots.
+             max_num_batched_tokens: int | None = 2048, chunked_prefill: bool = True, watermark: float = 0.0,
+             prefix_caching: bool = False, cost: StepModel | None = None) -> SimulationResult:
+    """Run ``requests`` (in order of arrival) through the V1 loop and a KV allocator of ``kv_slots`` slots.
 
     ``policy``: ``"static"`` or ``"continuous"``.  ``allocator``: ``"paged"``
     (``kv_slots // block_size`` blocks) or ``"naive"`` (``kv_slots // max_len``
-    regions of ``max_len``).  ``max_num_seqs`` caps the running requests;
-    ``watermark`` is the share of blocks a paged admission must leave free, so
-    that running requests have room to grow.  ``cost``, a
-    :class:`~servebook.roofline.StepModel` with a GPU, turns iterations into
-    seconds (default: one second per iteration, i.e. time in iterations).
+    regions of ``max_len``).  ``max_num_seqs`` caps the running requests and
+    ``max_num_batched_tokens`` the tokens of a step (``None``: no budget);
+    their defaults, chunked prefill on and no watermark are vLLM 0.33.0's for
+    an A100 server (:func:`servebook.batching.vllm_limits` gives them per
+    device).  ``watermark`` is the share of blocks an admission leaves free
+    while others run.  ``max_len`` is the context: no request may be longer.
+    ``cost``, a :class:`~servebook.roofline.StepModel` with a GPU, turns steps
+    into seconds (default: one second per step, i.e. time in steps).
     """
     choice("policy", policy, POLICIES)
     choice("allocator", allocator, ALLOCATORS)
@@ -302,27 +346,44 @@ def simulate(requests: Sequence[Request], *, kv_slots: int, policy: str = "conti
     block_size = whole("block_size", block_size, 1)
     max_len = whole("max_len", max_len, 1)
     max_num_seqs = whole("max_num_seqs", max_num_seqs, 1)
+    budget = math.inf if max_num_batched_tokens is None else whole("max_num_batched_tokens", max_num_batched_tokens, 1)
+    chunked_prefill = flag("chunked_prefill", chunked_prefill)
+    if not chunked_prefill and budget < max_len:
+        raise ValueError(f"max_num_batched_tokens ({max_num_batched_tokens}) is below max_len ({max_len}): "
+                         "without chunked prefill the longest prompt could never be scheduled")
     watermark = interval("watermark", watermark, 0, 1, include_high=False)
     prefix_caching = flag("prefix_caching", prefix_caching)
-    requests = _checked_trace(requests)
+    requests = _checked_trace(requests, max_len)
+    seconds = _step_seconds(cost, max_len)
     kv, reserve_blocks = _kv_cache(allocator, requests, kv_slots, block_size, max_len, watermark, prefix_caching)
-    server = _Server(requests, kv, static=policy == "static", max_num_seqs=max_num_seqs,
-                     reserve_blocks=reserve_blocks, seconds=_iteration_seconds(cost))
-    rows = []  # one per iteration, in the order of _STEP_FIELDS
-    # The phases, looked up once: this loop runs once per iteration, up to millions of times.
-    arrive, admit, schedule, step, finish = server.arrive, server.admit, server.schedule, server.step, server.finish
+    server = _Server(requests, kv, static=policy == "static", max_num_seqs=max_num_seqs, budget=budget,
+                     chunked=chunked_prefill, reserve_blocks=reserve_blocks, seconds=seconds)
+    rows = _run(server)
+    steps = {name: np.asarray(column) for name, column in zip(_STEP_FIELDS, zip(*rows, strict=True), strict=True)}
+    config = dict(kv_slots=kv_slots, block_size=block_size, max_len=max_len, max_num_seqs=max_num_seqs,
+                  max_num_batched_tokens=max_num_batched_tokens, chunked_prefill=chunked_prefill,
+                  watermark=watermark, prefix_caching=prefix_caching)
+    return SimulationResult.of(policy, allocator, kv.slots_total, steps, requests, server, config)
+
+
+def _run(server: _Server) -> list[tuple]:
+    """The loop over steps; one row per step, in the order of ``_STEP_FIELDS``."""
+    kv, rows = server.kv, []
+    paged = isinstance(kv, PagedAllocator)
+    # The phases, looked up once: this loop runs once per step, up to millions of times.
+    arrive, schedule, admit, step, finish = (server.arrive, server.schedule_running, server.admit, server.step,
+                                             server.finish)
     while server.busy:
         if not arrive():
             continue  # the server was idle until the next arrival
-        admitted = admit()
-        preempted = schedule()
-        ran = step()
-        if ran is not None:
-            dt, running, prefill_tokens, decode_tokens, finished = ran
-            rows.append((server.clock, dt, running, len(server.waiting), admitted, preempted, finished,
-                         prefill_tokens, decode_tokens, kv.tokens_stored, kv.slots_reserved))
+        budget, preempted = schedule()
+        admitted, cached = admit(budget) if not preempted else (0, 0)
+        n_scheduled = len(server.scheduled)
+        dt, prefill, decode, finished = step()
+        stored, reserved = kv.tokens_stored, kv.slots_reserved  # what the step held, before any frees
         finish()
-    steps = {name: np.asarray(column) for name, column in zip(_STEP_FIELDS, zip(*rows, strict=True), strict=True)}
-    config = dict(kv_slots=kv_slots, block_size=block_size, max_len=max_len, max_num_seqs=max_num_seqs,
-                  watermark=watermark, prefix_caching=prefix_caching)
-    return SimulationResult(policy, allocator, kv.slots_total, steps, server.per_request(requests), config)
+        free = kv.pool.num_available if paged else kv.regions_free
+        rows.append((server.clock, dt, n_scheduled, len(server.waiting), admitted, preempted, finished,
+                     prefill, decode, cached, stored, reserved, free, len(server.running)))
+    return rows
+

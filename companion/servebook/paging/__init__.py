@@ -5,17 +5,19 @@ cannot know how long the answer will be.  PagedAttention (Kwon et al., 2023)
 stores the KV cache in fixed-size *blocks* instead, handed out one at a time as
 a sequence grows, so at most the last block of a sequence is partly empty.
 
-The physical pool apart from the per-sequence tables, as in vLLM V1
-(``block_pool.py`` vs ``kv_cache_manager.py``):
+The physical pool apart from the per-sequence tables, with the semantics of
+vLLM 0.33.0's V1 engine (``vllm/v1/core/block_pool.py`` vs ``kv_cache_manager.py``):
 
 - :mod:`~servebook.paging.block_pool`: :class:`BlockPool` owns the physical
   blocks: which are free, which are in use and by how many sequences
   (reference counts), and which freed blocks still hold a reusable prefix (the
-  prefix cache, evicted least recently used);
+  prefix cache: looked up by hash alone, duplicates kept reachable, empty
+  blocks reused before any cached one is evicted, least recently freed first);
 - :mod:`~servebook.paging.paged_allocator`: :class:`PagedAllocator` keeps each
   sequence's block table (logical block -> physical block): allocation for a
-  prompt with the prefix-cache lookup, appending decoded tokens, forking with
-  copy-on-write, freeing;
+  prompt with the prefix-cache lookup and a reserve of blocks, the tokens each
+  step computes (a chunk of a prompt, one decoded token), hashing full blocks
+  when their step is scheduled, forking with copy-on-write, freeing tail first;
 - :mod:`~servebook.paging.naive_allocator`: :class:`NaiveAllocator`, the
   contiguous scheme paging replaces: one region of ``max_len`` slots per request;
 - :mod:`~servebook.paging.closed_forms`: :func:`blocks_needed`,

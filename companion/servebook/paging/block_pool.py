@@ -1,16 +1,32 @@
 """The physical pool of KV blocks: free, used (reference counted) or cached for prefix reuse.
 
-Like vLLM V1's ``block_pool.py``, the pool knows nothing of sequences: which
-block a sequence's i-th logical block is lives in the block tables of
-:mod:`servebook.paging.paged_allocator`.  Every operation is O(1) in the number
-of blocks: free blocks sit on a stack, freed-but-cached blocks in an
-insertion-ordered dict, so nothing scans the pool or removes from the middle of a list.
+The semantics of vLLM 0.33.0's V1 ``BlockPool`` (``vllm/v1/core/block_pool.py``),
+restated.  Like it, the pool knows nothing of sequences: which block a
+sequence's i-th logical block is lives in the block tables of
+:mod:`servebook.paging.paged_allocator`.
+
+- A full block gets its hash when the step that computes it is scheduled, and
+  keeps it until it is evicted.  Two blocks with the same content both keep
+  their hash: duplicates stay reachable, since block tables only grow at the
+  end and a block id in a table never changes (``BlockHashToBlockMap``).
+- A prefix-cache lookup is by hash alone (``BlockPool.get_cached_block``):
+  SHA-256 makes a collision practically impossible, so vLLM does not compare
+  tokens.  (nano-vllm compares the stored tokens too.)
+- Freed blocks go back in V1's eviction order (``BlockPool.free_blocks``): a
+  block without a hash can never be hit, so it is reused first, the most
+  recently freed first; a hashed block is kept behind every empty one, least
+  recently freed first.  A new block is therefore taken from the empty ones
+  while any is left, and only then is the least recently freed cached block
+  evicted.
+
+Every operation is O(1) in the number of blocks: empty blocks sit on a stack,
+cached ones in an insertion-ordered dict, so nothing scans the pool or removes
+from the middle of a list.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
 
 from ..checks import whole
 from .errors import OutOfBlocks
@@ -38,19 +54,16 @@ class Block:
 
 
 class BlockPool:
-    """Fixed-size physical blocks with reference counts, a free list and an LRU prefix cache.
+    """Fixed-size physical blocks with reference counts, a free queue and a prefix cache.
 
     Every block is in exactly one state:
 
     - *used*: ``ref_count > 0``, held by that many block tables;
-    - *free*: ``ref_count == 0`` and no hash: empty, on a stack;
+    - *empty*: ``ref_count == 0`` and no hash, on a stack (most recently freed on top);
     - *cached*: ``ref_count == 0`` with a hash: a freed full block kept for
       prefix reuse, in an insertion-ordered dict, least recently freed first.
 
-    A new block comes from the free stack; only when it is empty is the least
-    recently used cached block evicted.  (vLLM V1 keeps one queue for both and
-    takes its head, so it can evict a reusable block while empty ones wait
-    further back; spending an empty block first loses nothing.)
+    ``num_available`` (empty plus cached) is what vLLM calls the free blocks.
     """
 
     __slots__ = ("num_blocks", "block_size", "blocks", "_free", "_cached_free", "_by_hash", "tokens_in_use")
@@ -61,85 +74,143 @@ class BlockPool:
         self.blocks = [Block(i) for i in range(self.num_blocks)]
         self._free: list[Block] = self.blocks[::-1]           # pop() hands out block 0 first
         self._cached_free: OrderedDict[int, Block] = OrderedDict()  # block_id -> block, LRU first
-        self._by_hash: dict[bytes, Block] = {}                  # every block that has a hash, used or not
+        # Every block that has a hash, used or not; one hash may name several blocks.
+        self._by_hash: dict[bytes, dict[int, Block]] = {}
         self.tokens_in_use = 0  # token slots filled in used blocks
 
     # -- counts
     @property
     def num_free(self) -> int:
+        """Empty free blocks (no hash)."""
         return len(self._free)
 
     @property
     def num_cached(self) -> int:
+        """Free blocks that still hold a hashed full block."""
         return len(self._cached_free)
 
     @property
     def num_available(self) -> int:
-        """Blocks a new allocation may take: free ones, then cached ones by eviction."""
+        """Blocks a new allocation may take: empty ones, then cached ones by eviction."""
         return len(self._free) + len(self._cached_free)
 
     @property
     def num_used(self) -> int:
         return self.num_blocks - len(self._free) - len(self._cached_free)
 
+    @property
+    def num_hashes(self) -> int:
+        """Distinct hashes in the prefix cache (a hash shared by duplicate blocks counts once)."""
+        return len(self._by_hash)
+
     def free_block_ids(self) -> list[int]:
         """Ids of the empty free blocks, in the order they will be handed out."""
         return [b.block_id for b in reversed(self._free)]
 
     def cached_block_ids(self) -> list[int]:
-        """Ids of the freed-but-cached blocks, least recently used (next evicted) first."""
+        """Ids of the freed-but-cached blocks, least recently freed (next evicted) first."""
         return list(self._cached_free)
+
+    def blocks_with_hash(self, key: bytes) -> list[int]:
+        """Ids of every block, used or cached, registered under ``key``."""
+        return list(self._by_hash.get(_key(key), ()))
+
+    # -- checks
+    def _own(self, block: Block) -> Block:
+        if not isinstance(block, Block):
+            raise TypeError(f"block must be a Block, got {type(block).__name__}")
+        if not 0 <= block.block_id < self.num_blocks or self.blocks[block.block_id] is not block:
+            raise ValueError(f"block {block.block_id} does not belong to this pool")
+        return block
 
     # -- state changes
     def take(self) -> Block:
-        """A block for one more writer (``ref_count`` 1): a free one, else evict the LRU cached one."""
+        """A block for one more writer (``ref_count`` 1): an empty one, else evict the LRU cached one."""
         if self._free:
             block = self._free.pop()
         elif self._cached_free:
             _, block = self._cached_free.popitem(last=False)
-            del self._by_hash[block.block_hash]
-            block.block_hash = None
+            self._forget(block)
             block.tokens = []
         else:
             raise OutOfBlocks(f"all {self.num_blocks} blocks are in use")
         block.ref_count = 1
         return block
 
+    def _forget(self, block: Block) -> None:
+        """Take ``block`` out of the prefix cache (its hash may still name duplicates)."""
+        same = self._by_hash[block.block_hash]
+        del same[block.block_id]
+        if not same:
+            del self._by_hash[block.block_hash]
+        block.block_hash = None
+
     def share(self, block: Block) -> None:
-        """One more block table holds ``block``; a cached free block comes back to life."""
+        """One more block table holds ``block``: a used block, or a cached one, which comes back to life.
+
+        An empty free block holds nothing to share: ``ValueError``.
+        """
+        self._own(block)
         if block.ref_count == 0:
-            del self._cached_free[block.block_id]
+            if self._cached_free.pop(block.block_id, None) is None:
+                raise ValueError(f"block {block.block_id} is free and holds nothing reusable; "
+                                 "take() a block to write into")
             self.tokens_in_use += len(block.tokens)
         block.ref_count += 1
 
     def release(self, block: Block) -> None:
         """One block table lets go of ``block``; at zero it is cached (if hashed) or emptied."""
+        self._own(block)
         if block.ref_count <= 0:
             raise ValueError(f"block {block.block_id} is not in use (ref_count {block.ref_count})")
+        self._release(block)
+
+    def _release(self, block: Block) -> None:
+        # Unchecked: for the allocator, whose tables hold only used blocks of this pool.
         block.ref_count -= 1
         if block.ref_count == 0:
             self.tokens_in_use -= len(block.tokens)
             if block.block_hash is not None:
-                self._cached_free[block.block_id] = block  # most recently used: evicted last
+                self._cached_free[block.block_id] = block  # most recently freed: evicted last
             else:
                 block.tokens = []
-                self._free.append(block)
+                self._free.append(block)  # reused first, as vLLM prepends unhashed blocks
 
-    def lookup(self, key: bytes, tokens: Sequence[int]) -> Block | None:
-        """The block cached under ``key`` if its stored tokens are ``tokens``, else ``None``."""
-        block = self._by_hash.get(key)
-        if block is None or block.tokens != tokens:
-            return None
-        return block
+    def lookup(self, key: bytes) -> Block | None:
+        """A block cached under ``key`` (the first registered), or ``None``: by hash alone, as vLLM V1."""
+        return self._lookup(_key(key))
 
-    def register(self, block: Block, key: bytes) -> bool:
-        """Put a full block in the prefix cache under ``key``; ``False`` if an equal block is there.
+    def _lookup(self, key: bytes) -> Block | None:
+        same = self._by_hash.get(key)
+        return next(iter(same.values())) if same else None
 
-        A duplicate stays unregistered rather than replacing the other block in a
-        sequence's table: block tables only ever grow at the end, as in vLLM V1.
+    def register(self, block: Block, key: bytes) -> None:
+        """Put a full, used, not yet hashed ``block`` in the prefix cache under ``key``.
+
+        A block with the same key may be there already: both stay reachable.
         """
-        if key in self._by_hash or block.block_hash is not None:
-            return False
+        self._own(block)
+        key = _key(key)
+        if block.ref_count == 0:
+            raise ValueError(f"block {block.block_id} is free: only a used block is registered")
+        if len(block.tokens) != self.block_size:
+            raise ValueError(f"block {block.block_id} holds {len(block.tokens)} of {self.block_size} tokens: "
+                             "only a full block is registered")
+        if block.block_hash is not None:
+            raise ValueError(f"block {block.block_id} is registered already")
+        self._register(block, key)
+
+    def _register(self, block: Block, key: bytes) -> None:
+        # Unchecked: for the allocator, which registers only the full used blocks it has just written.
         block.block_hash = key
-        self._by_hash[key] = block
-        return True
+        same = self._by_hash.get(key)
+        if same is None:
+            self._by_hash[key] = {block.block_id: block}
+        else:
+            same[block.block_id] = block
+
+
+def _key(key: bytes) -> bytes:
+    if not isinstance(key, bytes) or not key:
+        raise TypeError(f"key must be a non-empty bytes hash, got {type(key).__name__}")
+    return key

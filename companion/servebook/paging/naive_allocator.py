@@ -61,6 +61,10 @@ class NaiveAllocator:
         return self._tokens
 
     @property
+    def regions_free(self) -> int:
+        return len(self._free_regions)
+
+    @property
     def unusable_slots(self) -> int:
         """Slots past the last whole region: never reservable."""
         return self.num_slots - self.num_regions * self.max_len
@@ -78,15 +82,34 @@ class NaiveAllocator:
         self._check_prompt(tokens)
         return bool(self._free_regions)
 
-    def allocate(self, seq_id: Hashable, tokens: Sequence[int]) -> int:
-        """Reserve a whole ``max_len`` region for ``seq_id``; return 0 (no prefix caching)."""
+    def allocate(self, seq_id: Hashable, tokens: Sequence[int], *, num_new: int | None = None,
+                 max_new: int | None = None, reserve: int = 0, hashes: list[bytes] | None = None) -> int:
+        """Reserve a whole ``max_len`` region for ``seq_id``; return 0 (no prefix caching).
+
+        The first ``num_new`` tokens (default: all) are written now, the rest
+        with :meth:`extend`, as :meth:`PagedAllocator.allocate` does; ``reserve``
+        and ``hashes`` are accepted for the same call and mean nothing here:
+        a region never grows.
+        """
         check_new_id("seq_id", seq_id, self._seqs)
         n = self._check_prompt(tokens)
+        n = n if num_new is None else whole("num_new", num_new, 1, n)
+        if max_new is not None:
+            n = min(n, whole("max_new", max_new, 1))
+        whole("reserve", reserve, 0)
         if not self._free_regions:
             raise OutOfBlocks(f"all {self.num_regions} regions of {self.max_len} slots are reserved")
         self._seqs[seq_id] = [self._free_regions.pop(), n]
         self._tokens += n
         return 0
+
+    def extend(self, seq_id: Hashable, tokens: Sequence[int], num_new: int) -> None:
+        """Write the next ``num_new`` of ``tokens`` (the sequence's stream so far) into its region."""
+        entry = self._get(seq_id)
+        num_new = whole("num_new", num_new, 1, min(len(tokens), self.max_len) - entry[1])
+        token_ids(tokens[entry[1]:entry[1] + num_new])
+        entry[1] += num_new
+        self._tokens += num_new
 
     def can_append(self, seq_id: Hashable) -> bool:
         return self._get(seq_id)[1] < self.max_len

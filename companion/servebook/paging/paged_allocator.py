@@ -1,9 +1,17 @@
 """Per-sequence bookkeeping over a :class:`~servebook.paging.block_pool.BlockPool`: block tables.
 
-The counterpart of vLLM V1's ``kv_cache_manager.py``: each sequence's block
-table (logical block -> physical block), allocation for a prompt with the
-prefix-cache lookup, appending decoded tokens, forking with copy-on-write, and
-freeing.  Which blocks are free, shared or cached is the pool's business.
+The counterpart of vLLM 0.33.0's V1 ``KVCacheManager``
+(``vllm/v1/core/kv_cache_manager.py``): each sequence's block table (logical
+block -> physical block), allocation for a prompt with the prefix-cache lookup
+(``get_computed_blocks``), writing the tokens a step computes, a chunk of a
+prompt or one decoded token (``allocate_slots``), forking with copy-on-write,
+and freeing, tail first (``free``).  Which blocks are free, shared or cached is
+the pool's business.
+
+A block is hashed when the step that computes it is scheduled, that is when
+its tokens are written here: so a later sequence in the same step may hit it
+(it is computed in the same forward pass), and a block nobody has scheduled is
+never served from the cache.
 """
 
 from __future__ import annotations
@@ -19,16 +27,16 @@ from .usage import PagedUsage
 
 
 class _Sequence:
-    __slots__ = ("table", "hashes", "cached_tokens")
+    __slots__ = ("table", "hashes", "cached_tokens", "length")
 
     def __init__(self, table: list[Block], hashes: list[bytes], cached_tokens: int) -> None:
         self.table = table              # logical block i -> physical block
-        self.hashes = hashes            # chained hash of each full logical block
+        self.hashes = hashes            # chained hash of each full logical block (at least the registered ones)
         self.cached_tokens = cached_tokens
+        self.length = 0                 # tokens written
 
     def num_tokens(self, block_size: int) -> int:
-        # Every block but the last is full, so the length needs no counter of its own.
-        return (len(self.table) - 1) * block_size + len(self.table[-1].tokens)
+        return self.length
 
 
 class PagedAllocator:
@@ -113,37 +121,42 @@ class PagedAllocator:
         )
 
     # -- admission
-    def _full_block_hashes(self, tokens: list[int]) -> list[bytes]:
-        """The chained hash of each full block of ``tokens``, in order."""
+    def prefix_hashes(self, tokens: Sequence[int], hashes: list[bytes] | None = None) -> list[bytes]:
+        """The chained hash of each full block of ``tokens``; ``hashes``, if given, is extended in place.
+
+        A scheduler keeps one such list per request (as vLLM keeps
+        ``Request.block_hashes``), so a block's hash is computed once however
+        often the request is looked up, preempted and readmitted.
+        """
+        hashes = [] if hashes is None else hashes
         bs = self.block_size
-        hashes: list[bytes] = []
-        parent = None
-        for i in range(len(tokens) // bs):
+        parent = hashes[-1] if hashes else None
+        for i in range(len(hashes), len(tokens) // bs):
             parent = block_hash(parent, tokens[i * bs:(i + 1) * bs])
             hashes.append(parent)
         return hashes
 
-    def _plan(self, tokens: list[int]) -> tuple[list[bytes], list[Block], int]:
-        """Hashes of the prompt's full blocks, the cached blocks it can reuse, and new blocks needed."""
-        bs = self.block_size
-        n_blocks = ceil_div(len(tokens), bs)
-        if n_blocks > self.pool.num_blocks:
-            raise ValueError(
-                f"a prompt of {len(tokens)} tokens needs {n_blocks} blocks of {bs}; "
-                f"the pool has only {self.pool.num_blocks}"
-            )
-        if not self.prefix_caching:
-            return [], [], n_blocks
-        hashes = self._full_block_hashes(tokens)
+    def _hits(self, tokens: list[int], hashes: list[bytes]) -> list[Block]:
+        """The cached blocks a new prompt can reuse: its longest prefix of full blocks in the cache.
+
+        By hash alone, as vLLM V1.  At least the last token is always computed,
+        even when the whole prompt is cached: the next token's logits come from it.
+        """
+        lookup = self.pool._lookup  # the hashes are the allocator's own
         hits: list[Block] = []
-        # At least the last block is always computed, even when the whole prompt is
-        # cached: the next token's logits come from running the prompt's last token.
-        for i in range((len(tokens) - 1) // bs):
-            block = self.pool.lookup(hashes[i], tokens[i * bs:(i + 1) * bs])
+        for i in range((len(tokens) - 1) // self.block_size):
+            block = lookup(hashes[i])
             if block is None:
                 break
             hits.append(block)
-        return hashes, hits, n_blocks - len(hits)
+        return hits
+
+    def cached_prefix(self, tokens: Sequence[int], hashes: list[bytes] | None = None) -> int:
+        """Tokens of ``tokens`` that a new sequence would take from the prefix cache now (no side effects)."""
+        if not self.prefix_caching:
+            return 0
+        tokens = token_ids(tokens)
+        return len(self._hits(tokens, self.prefix_hashes(tokens, hashes))) * self.block_size
 
     @staticmethod
     def _fits(pool: BlockPool, hits: list[Block], n_new: int, keep_free: int = 0) -> bool:
@@ -151,50 +164,115 @@ class PagedAllocator:
         revived = sum(1 for b in hits if b.ref_count == 0)
         return n_new + keep_free <= pool.num_available - revived
 
+    def _check_fits_pool(self, n_tokens: int) -> None:
+        n_blocks = ceil_div(n_tokens, self.block_size)
+        if n_blocks > self.pool.num_blocks:
+            raise ValueError(f"a prompt of {n_tokens} tokens needs {n_blocks} blocks of {self.block_size}; "
+                             f"the pool has only {self.pool.num_blocks}")
+
     def can_allocate(self, tokens: Sequence[int], *, keep_free: int = 0) -> bool:
         """Whether a prompt of ``tokens`` could be allocated now, leaving ``keep_free`` blocks (no side effects).
 
-        A scheduler keeps a few blocks free (a watermark) so that running
-        sequences can still grow after the admission.  A prompt that could never
-        fit (more blocks than the pool has) raises ``ValueError``, as ``allocate`` does.
+        A prompt that could never fit (more blocks than the pool has) raises
+        ``ValueError``, as ``allocate`` does.  A scheduler need not ask first:
+        ``allocate(..., reserve=...)`` checks the same and changes nothing when it refuses.
         """
         keep_free = whole("keep_free", keep_free, 0)
-        _, hits, n_new = self._plan(token_ids(tokens))
-        return self._fits(self.pool, hits, n_new, keep_free)
+        tokens = token_ids(tokens)
+        self._check_fits_pool(len(tokens))
+        hits = self._hits(tokens, self.prefix_hashes(tokens)) if self.prefix_caching else []
+        return self._fits(self.pool, hits, ceil_div(len(tokens), self.block_size) - len(hits), keep_free)
 
-    def allocate(self, seq_id: Hashable, tokens: Sequence[int]) -> int:
+    def allocate(self, seq_id: Hashable, tokens: Sequence[int], *, num_new: int | None = None,
+                 max_new: int | None = None, reserve: int = 0, hashes: list[bytes] | None = None) -> int:
         """Give ``seq_id`` blocks for its prompt ``tokens``; return how many tokens came from the cache.
 
-        Raises ``ValueError`` for an id already allocated or a prompt longer than the
-        pool, :class:`OutOfBlocks` if the blocks are not free now; either way nothing changes.
+        The cached prefix is shared; after it, ``num_new`` tokens (default: all
+        the rest, or at most ``max_new``: a step's token budget, so that a
+        scheduler need not look the prefix up first) are written, as the step
+        that computes them is scheduled, and
+        their full blocks are hashed then (vLLM V1's ``allocate_slots``).  A
+        chunked prefill writes the rest later with :meth:`extend`.  The whole
+        prompt must fit with ``reserve`` blocks to spare (vLLM 0.33.0 admits a
+        request only if its full sequence fits, ``scheduler_reserve_full_isl``,
+        and keeps its watermark for the running ones).  ``hashes``: the
+        prompt's block hashes so far, extended in place (:meth:`prefix_hashes`).
+
+        Raises ``ValueError`` for an id already allocated, a prompt longer than
+        the pool, or ``num_new`` out of range; :class:`OutOfBlocks` if the
+        blocks are not free now; either way nothing changes.
         """
         check_new_id("seq_id", seq_id, self._seqs)
         tokens = token_ids(tokens)
-        hashes, hits, n_new = self._plan(tokens)
-        if not self._fits(self.pool, hits, n_new):
-            raise OutOfBlocks(f"a prompt of {len(tokens)} tokens needs {n_new} new blocks; "
-                              f"{self.pool.num_available} free or cached (some may be this prompt's own hits)")
+        reserve = whole("reserve", reserve, 0)
+        self._check_fits_pool(len(tokens))
+        if self.prefix_caching:
+            hashes = self.prefix_hashes(tokens, hashes)
+            hits = self._hits(tokens, hashes)
+        else:
+            hashes, hits = [], []
         cached = len(hits) * self.block_size
-        self._seqs[seq_id] = _Sequence(self._table(tokens, hashes, hits), hashes, cached)
+        n_new = len(tokens) - cached if num_new is None else whole("num_new", num_new, 1, len(tokens) - cached)
+        if max_new is not None:
+            n_new = min(n_new, whole("max_new", max_new, 1))
+        if not self._fits(self.pool, hits, ceil_div(len(tokens), self.block_size) - len(hits), reserve):
+            raise OutOfBlocks(f"a prompt of {len(tokens)} tokens does not fit with {reserve} blocks to spare; "
+                              f"{self.pool.num_available} free or cached (some may be this prompt's own hits)")
+        pool = self.pool
+        for block in hits:  # before taking new blocks, so an eviction cannot take a hit
+            pool.share(block)
+        seq = self._seqs[seq_id] = _Sequence(list(hits), hashes, cached)
+        seq.length = cached
+        self._write(seq, tokens, cached, cached + n_new)
         if self.prefix_caching:
             self.prefix_queried_tokens += len(tokens)
             self.prefix_hit_tokens += cached
         return cached
 
-    def _table(self, tokens: list[int], hashes: list[bytes], hits: list[Block]) -> list[Block]:
-        """The block table of a new prompt: its cache hits shared, then new blocks filled with the rest."""
-        pool, bs = self.pool, self.block_size
-        for block in hits:  # before taking new blocks, so an eviction cannot take a hit
-            pool.share(block)
-        table = list(hits)
-        for i in range(len(hits), ceil_div(len(tokens), bs)):
-            block = pool.take()
-            block.tokens = tokens[i * bs:(i + 1) * bs]
-            pool.tokens_in_use += len(block.tokens)
-            if i < len(hashes):
-                pool.register(block, hashes[i])
-            table.append(block)
-        return table
+    def _write(self, seq: _Sequence, tokens: Sequence[int], start: int, stop: int) -> None:
+        """Write ``tokens[start:stop]`` after the sequence's first ``start``, taking blocks as they fill.
+
+        The caller has checked that the new blocks are available.
+        """
+        pool, bs, table = self.pool, self.block_size, seq.table
+        pos = start
+        while pos < stop:
+            if pos % bs == 0:
+                table.append(pool.take())
+            last = table[-1]
+            end = min(stop, pos - pos % bs + bs)
+            last.tokens.extend(tokens[pos:end])
+            pool.tokens_in_use += end - pos
+            pos = end
+            if pos % bs == 0 and self.prefix_caching:
+                self._register_last(seq)
+        seq.length = stop
+
+    def _register_last(self, seq: _Sequence) -> None:
+        """Hash the sequence's last block, now full, and put it in the prefix cache."""
+        i = len(seq.table) - 1
+        if len(seq.hashes) <= i:
+            seq.hashes.append(block_hash(seq.hashes[-1] if seq.hashes else None, seq.table[i].tokens))
+        self.pool._register(seq.table[i], seq.hashes[i])
+
+    def extend(self, seq_id: Hashable, tokens: Sequence[int], num_new: int) -> None:
+        """Write the next ``num_new`` of ``tokens`` (the sequence's whole stream so far) into ``seq_id``.
+
+        The continuation of a chunked prefill, or a decode step (``num_new`` 1);
+        blocks that fill are hashed, as when their step is scheduled.  Raises
+        :class:`OutOfBlocks` (changing nothing) if the new blocks are not free.
+        """
+        seq = self._get(seq_id)
+        start = seq.length
+        num_new = whole("num_new", num_new, 1, len(tokens) - start)
+        last = seq.table[-1] if seq.table else None
+        if last is not None and last.ref_count > 1 and start % self.block_size:
+            raise ValueError(f"seq_id {seq_id!r} shares its last block: append() copies it first")
+        need = ceil_div(start + num_new, self.block_size) - len(seq.table)
+        if need > self.pool.num_available:
+            raise OutOfBlocks(f"{need} new blocks needed, {self.pool.num_available} free or cached")
+        token_ids(tokens[start:start + num_new])
+        self._write(seq, tokens, start, start + num_new)
 
     # -- decoding
     def can_append(self, seq_id: Hashable) -> bool:
@@ -224,10 +302,9 @@ class PagedAllocator:
             slots = last.tokens
         slots.append(token)
         pool.tokens_in_use += 1
+        seq.length += 1
         if self.prefix_caching and len(slots) == self.block_size:
-            key = block_hash(seq.hashes[-1] if seq.hashes else None, slots)
-            seq.hashes.append(key)
-            pool.register(last, key)
+            self._register_last(seq)
 
     def _copy_on_write(self, seq: _Sequence) -> Block:
         """Give ``seq`` its own copy of its shared, partly filled last block, and return the copy.
@@ -249,7 +326,8 @@ class PagedAllocator:
         check_new_id("child_id", child_id, self._seqs)
         for block in parent.table:
             self.pool.share(block)
-        self._seqs[child_id] = _Sequence(list(parent.table), list(parent.hashes), 0)
+        child = self._seqs[child_id] = _Sequence(list(parent.table), list(parent.hashes), 0)
+        child.length = parent.length
 
     def free(self, seq_id: Hashable) -> None:
         """Return ``seq_id``'s blocks, last block first.
@@ -259,5 +337,6 @@ class PagedAllocator:
         """
         seq = self._get(seq_id)
         del self._seqs[seq_id]
+        release = self.pool._release
         for block in reversed(seq.table):
-            self.pool.release(block)
+            release(block)

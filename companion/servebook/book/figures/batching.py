@@ -12,7 +12,7 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
-from ... import batching
+from ... import batching, gpus
 from .. import scenarios
 from . import _style
 
@@ -48,14 +48,17 @@ def kv_memory_over_time(runs: dict | None = None, policy: str = "continuous") ->
                          colors=[_style.KV, _style.WASTE, _style.FREE],
                          labels=["holds tokens", "reserved, empty", "free"])
             share = result.summary().kv_token_share
-            ax.set_title(f"{allocator}: {100 * share:.1f} % of reserved memory holds tokens", fontsize=9.5)
+            # Two short lines: one long line per panel ran into its neighbour's title.
+            ax.set_title(f"{allocator} allocator\n{100 * share:.1f} % of reserved memory holds tokens", fontsize=9)
             ax.set_xlabel("time (s, modelled)")
             ax.set_xlim(0, t[-1])
             ax.set_ylim(0, 100)
             ax.grid(False)
         axes[0].set_ylabel("share of the KV pool (%)")
         axes[1].legend(loc="lower left", fontsize=8, frameon=True)
-        fig.suptitle(f"KV memory under {policy} batching, Llama-2-13B on a 40 GiB GPU", fontsize=10.5)
+        server = scenarios.BATCHING_SERVER
+        fig.suptitle(f"KV memory under {policy} batching, {server.spec.display_name} on "
+                     f"{gpus.get(server.gpu).display_name}", fontsize=10.5)
     return fig
 
 
@@ -85,7 +88,46 @@ def batch_size_over_time(runs: dict | None = None, window_s: float = 120.0) -> F
     return fig
 
 
+def throughput_latency(sweep: dict | None = None) -> Figure:
+    """p99 time to first token against throughput, and goodput under the chapter's SLO, as the arrival rate grows.
+
+    ``sweep`` maps ``(server label, arrival rate)`` to a run; by default the
+    latency chapter's (:func:`servebook.book.scenarios.latency_sweep`).
+    """
+    sweep = sweep if sweep is not None else scenarios.latency_sweep()
+    labels = list(dict.fromkeys(label for label, _ in sweep))
+    rates = sorted({rate for _, rate in sweep})
+    slo = scenarios.LATENCY_SLO
+    fig, axes = _style.new_figure(7.2, 3.6, ncols=2)
+    markers = ("s", "o", "^", "D")
+    with matplotlib.rc_context(_style.RC):
+        for i, label in enumerate(labels):
+            runs = [sweep[label, rate] for rate in rates]
+            done = [run.summary().requests_per_s for run in runs]
+            ttft = [run.summary().ttft_p99_s for run in runs]
+            good = [batching.goodput(run, slo) for run in runs]
+            style = dict(color=_style.SEQUENCE[i], marker=markers[i % len(markers)], markersize=4, linewidth=1.3,
+                         label=label)
+            axes[0].plot(done, ttft, **style)
+            axes[1].plot(rates, good, **style)
+        axes[0].set_yscale("log")
+        axes[0].axhline(slo.ttft_s, color=_style.MUTED, linewidth=0.8, linestyle="--")
+        axes[0].set_xlabel("throughput (requests/s completed)")
+        axes[0].set_ylabel("time to first token, p99 (s)")
+        axes[0].set_title("Latency against throughput", fontsize=10)
+        axes[1].plot(rates, rates, color=_style.FREE, linewidth=0.8, linestyle=":", label="every request on time")
+        axes[1].set_xlabel("arrival rate (requests/s)")
+        axes[1].set_ylabel("goodput (requests/s within the SLO)")
+        axes[1].set_title(f"Goodput: TTFT <= {slo.ttft_s:g} s, TPOT <= {slo.tpot_s * 1e3:g} ms", fontsize=10)
+        axes[1].legend(fontsize=7, loc="upper left")
+        server = scenarios.BATCHING_SERVER
+        fig.suptitle(f"{server.spec.display_name} on {gpus.get(server.gpu).display_name}: chat traffic with a "
+                     "shared system prompt", fontsize=10)
+    return fig
+
+
 FIGURES = {
     "batching-kv-memory-over-time": kv_memory_over_time,
     "batching-batch-size-over-time": batch_size_over_time,
+    "latency-throughput-goodput": throughput_latency,
 }

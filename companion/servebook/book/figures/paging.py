@@ -36,7 +36,8 @@ def naive_vs_paged(request: scenarios.PagedRequest = scenarios.PAGED_REQUEST) ->
         top.set_xlim(0, max_len)
         top.set_xlabel("token slots reserved for one request")
         top.set_title(f"A {n_tokens}-token request: {naive_waste:,} slots wasted naively, {tail} with paging")
-        top.legend(loc="upper right", bbox_to_anchor=(1, 0.78), fontsize=8)
+        # Beside the short paged bar, where nothing is drawn (upper right sat on the red bar).
+        top.legend(loc="lower right", bbox_to_anchor=(1, 0.0), fontsize=8)
         top.add_patch(Rectangle((0, -0.45), (n_blocks + 1) * block_size, 0.9, fill=False,
                                 edgecolor=_style.MUTED, linestyle=":", linewidth=1))
 
@@ -69,18 +70,18 @@ def block_tables(allocator: PagedAllocator | None = None) -> Figure:
     for s in seqs:
         for b in kv.block_table(s):
             owners.setdefault(b, []).append(s)
+    # The page shows a figure about 7 inches wide: drawn wider, it is scaled down and its text shrinks.
+    fig, ax = _style.new_figure(7.2, 1.25 + 0.8 * len(seqs) + 1.6)
     n_phys = kv.pool.num_blocks
-    width = max(7.0, 0.62 * n_phys + 1.6)
-    fig, ax = _style.new_figure(width, 1.25 + 0.75 * len(seqs) + 1.6)
     with matplotlib.rc_context(_style.RC):
         ax.set_axis_off()
         _physical_blocks(ax, kv, owners, colours)
         _logical_blocks(ax, kv, colours)
         top = 1.9 + 1.05 * len(seqs)
         ax.set_xlim(-1.6, n_phys * 1.25)
-        ax.set_ylim(-0.75, top + 0.1)
-        ax.set_title("Block tables map each sequence's logical blocks to physical blocks "
-                     "(red outline, hatched: shared)", fontsize=10)
+        ax.set_ylim(-0.95, top + 0.2)
+        ax.set_title("Block tables map each sequence's logical blocks to physical blocks\n"
+                     "(red outline, hatched: shared)", fontsize=10.5)
     return fig
 
 
@@ -115,8 +116,8 @@ def _physical_blocks(ax, kv: PagedAllocator, owners: dict[int, list], colours: d
             label += f"\nref {block.ref_count}"
         elif block.ref_count == 0 and block.block_hash is not None:
             label += "\ncached"
-        ax.text(x + 0.5, _PHYS_Y - 0.12, label, ha="center", va="top", fontsize=7.5, color=_style.MUTED)
-    ax.text(-0.2, _PHYS_Y + 0.4, "physical\nblocks", ha="right", va="center", fontsize=9)
+        ax.text(x + 0.5, _PHYS_Y - 0.12, label, ha="center", va="top", fontsize=9, color=_style.MUTED)
+    ax.text(-0.2, _PHYS_Y + 0.4, "physical\nblocks", ha="right", va="center", fontsize=10)
 
 
 def _logical_blocks(ax, kv: PagedAllocator, colours: dict) -> None:
@@ -133,11 +134,11 @@ def _logical_blocks(ax, kv: PagedAllocator, colours: dict) -> None:
                                        facecolor=colours[s] if k < n_filled else "#ffffff",
                                        edgecolor="#ffffff", linewidth=0.5))
             ax.add_patch(Rectangle((x, y), 1.0, 0.6, fill=False, edgecolor=colours[s], linewidth=1))
-            ax.text(x + 0.5, y + 0.66, f"L{logical}", ha="center", va="bottom", fontsize=7, color=_style.MUTED)
+            ax.text(x + 0.5, y + 0.66, f"L{logical}", ha="center", va="bottom", fontsize=9, color=_style.MUTED)
             ax.add_artist(ConnectionPatch((x + 0.5, y), (phys * 1.25 + 0.5, _PHYS_Y + 0.8), "data", "data",
                                           arrowstyle="-|>", color=colours[s], linewidth=0.9, alpha=0.8,
                                           shrinkA=1, shrinkB=1, zorder=0))
-        ax.text(-0.2, y + 0.3, f"seq {s}\n{kv.num_tokens(s)} tokens", ha="right", va="center", fontsize=9,
+        ax.text(-0.2, y + 0.3, f"seq {s}\n{kv.num_tokens(s)} tokens", ha="right", va="center", fontsize=10,
                 color=colours[s])
 
 

@@ -22,6 +22,8 @@ from .capacity_planning import (
 from .choosing_the_lever import LEVER_SCENARIOS, Scenario
 from .continuous_batching import BATCHING_SERVER, BatchingServer, batching_runs, batching_trace
 from .gptq_awq import OUTLIER_KINDS, planted_outliers, relative_error
+from .latency import (LATENCY_CONFIGS, LATENCY_RATES, LATENCY_SLO, ServerConfig, budget_run, chat_trace,
+                      latency_limits, latency_run, latency_sweep)
 from .kv_cache import KV_7B_CLASS, KV_BUDGET, KV_TOY, KVBudget
 from .modern_caches import (
     COMPARE_CONTEXT,
@@ -63,6 +65,9 @@ __all__ = [
     "KV_7B_CLASS",
     "KV_BUDGET",
     "KV_TOY",
+    "LATENCY_CONFIGS",
+    "LATENCY_RATES",
+    "LATENCY_SLO",
     "LEVER_SCENARIOS",
     "LengthMix",
     "MEMORY_BUCKETS",
@@ -82,6 +87,7 @@ __all__ = [
     "SPLIT_JOBS",
     "Scenario",
     "SeedBudget",
+    "ServerConfig",
     "SplitJob",
     "TENSOR_SIZES",
     "UNIT_RANGE",
@@ -93,8 +99,13 @@ __all__ = [
     "as_mha",
     "batching_runs",
     "batching_trace",
+    "budget_run",
+    "chat_trace",
     "chat_sessions",
     "kv_per_token_by_kind",
+    "latency_limits",
+    "latency_run",
+    "latency_sweep",
     "paging_walkthrough",
     "planted_outliers",
     "relative_error",

@@ -22,6 +22,7 @@ class BatchingServer:
     overhead: int = 4 * GiB      # activations, CUDA context and fragmentation: the first edition's flat guess
     max_len: int = 2048          # tokens a naive server reserves per request
     block_size: int = 16         # tokens per block of the paged allocator
+    watermark: float = 0.01      # blocks an admission leaves free while others run (vLLM 0.33.0's default: 0)
 
     @cached_property
     def spec(self) -> models.ModelSpec:
@@ -45,8 +46,13 @@ class BatchingServer:
     def simulate(self, trace, **options) -> batching.SimulationResult:
         """Serve ``trace`` on this server: its KV pool, reservations, blocks and step model.
 
-        ``options`` (``policy``, ``allocator``, ``watermark``, ...) go to :func:`servebook.batching.simulate`.
+        Chapter 04's server has vLLM's cap of 256 running requests but no token
+        budget (a prompt is prefilled in one step), so that its four runs differ
+        only in the policy and the allocator; the latency chapter adds the budget.
+        ``options`` (``policy``, ``allocator``, ``watermark``, ``max_num_batched_tokens``, ...)
+        go to :func:`servebook.batching.simulate`.
         """
+        options = dict(max_num_batched_tokens=None, watermark=self.watermark) | options
         return batching.simulate(trace, kv_slots=self.kv_slots, max_len=self.max_len, block_size=self.block_size,
                                  cost=self.cost, **options)
 

@@ -1,0 +1,219 @@
+"""The allocator against a nano-vllm-style block manager, and the simulator against its target.
+
+Run from the repository root:  python benchmarks/bench_scheduler.py [--repeats 5] [--requests 10000]
+
+1. Allocator, in the call pattern of the scheduler: admit a prompt (hashing its
+   full blocks and looking up the prefix cache), append one decoded token per
+   step, free the request when it finishes.  A seeded sequence of those calls
+   (chat requests, most starting with one of four system prompts) is recorded
+   once and replayed, with prefix caching on, against pools of 768 and 16,384
+   blocks by two managers:
+
+   - ``PagedAllocator``, the book's (vLLM 0.33.0's V1 semantics);
+   - a block manager in nano-vllm's design, restated here in our own words: a
+     deque of free block ids, a dict from a full block's hash to its id, a
+     reference count per block; a cache hit on a freed block takes it back
+     out of the middle of the deque, which costs time in proportion to the
+     deque's length.  Both hash with the same SHA-256 of the same bytes.
+
+2. Simulator: :func:`servebook.batching.simulate` on
+   ``sample_trace(n, seed=0, arrival_rate=50)`` over 768 blocks of 16 with the
+   step model (latency records included), prefix caching off and on.
+
+Contenders are interleaved (A, B, A, B, ...) and repeated; each line gives the
+median CPU time of this process (``time.process_time``, so other jobs on a
+shared machine inflate it less) and the spread (min to max) over the repeats.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import random
+import statistics
+import time
+from array import array
+from collections import deque
+
+from servebook import batching, roofline
+from servebook.paging import PagedAllocator
+
+ADMIT, APPEND, FREE = range(3)
+BLOCK_SIZE = 16
+
+
+class DequeBlockManager:
+    """nano-vllm's design, in our own words: a deque free list, a hash map, reference counts."""
+
+    def __init__(self, num_blocks: int, block_size: int = BLOCK_SIZE) -> None:
+        self.block_size = block_size
+        self.ref = [0] * num_blocks
+        self.hash = [b""] * num_blocks
+        self.content: list[list[int]] = [[] for _ in range(num_blocks)]
+        self.by_hash: dict[bytes, int] = {}
+        self.free_ids = deque(range(num_blocks))
+        self.tables: dict[int, list[int]] = {}
+        self.lengths: dict[int, int] = {}
+
+    def _take(self, block: int) -> None:
+        if self.hash[block] and self.by_hash.get(self.hash[block]) == block:
+            del self.by_hash[self.hash[block]]  # its old content is gone
+        self.hash[block], self.content[block] = b"", []
+        self.ref[block] = 1
+        self.free_ids.remove(block)  # O(length of the deque) unless it is at the front
+
+    def _revive(self, block: int) -> None:
+        self.ref[block] = 1
+        self.free_ids.remove(block)
+
+    def allocate(self, seq: int, tokens: list[int]) -> None:
+        bs, table, parent, miss = self.block_size, [], b"", False
+        for i in range(-(-len(tokens) // bs)):
+            chunk = tokens[i * bs:(i + 1) * bs]
+            key = hashlib.sha256(parent + array("q", chunk).tobytes()).digest() if len(chunk) == bs else b""
+            block = self.by_hash.get(key, -1) if key else -1
+            miss = miss or block < 0 or self.content[block] != chunk
+            if miss:
+                block = self.free_ids[0]
+                self._take(block)
+            elif self.ref[block]:
+                self.ref[block] += 1
+            else:
+                self._revive(block)
+            if key:
+                self.hash[block], self.content[block], self.by_hash[key] = key, chunk, block
+                parent = key
+            else:
+                self.content[block] = list(chunk)
+            table.append(block)
+        self.tables[seq], self.lengths[seq] = table, len(tokens)
+
+    def append(self, seq: int, token: int) -> None:
+        table, n = self.tables[seq], self.lengths[seq]
+        if n % self.block_size == 0:
+            block = self.free_ids[0]
+            self._take(block)
+            table.append(block)
+        last = table[-1]
+        self.content[last].append(token)
+        self.lengths[seq] = n + 1
+        if len(self.content[last]) == self.block_size:
+            parent = self.hash[table[-2]] if len(table) > 1 else b""
+            key = hashlib.sha256(parent + array("q", self.content[last]).tobytes()).digest()
+            self.hash[last], self.by_hash[key] = key, last
+
+    def free(self, seq: int) -> None:
+        for block in reversed(self.tables.pop(seq)):
+            self.ref[block] -= 1
+            if not self.ref[block]:
+                self.free_ids.append(block)
+        del self.lengths[seq]
+
+
+def record_calls(n_requests: int, num_blocks: int = 768, seed: int = 0) -> list[tuple]:
+    """The scheduler's calls on a ``num_blocks`` pool: admissions, decode appends, frees.
+
+    A third of the requests are a conversation's next turn: the previous turn's prompt and answer,
+    freed by then and cached, then new tokens; their hits revive freed blocks.
+    """
+    rng = random.Random(seed)
+    systems = [[rng.randrange(32000) for _ in range(rng.randrange(64, 256))] for _ in range(4)]
+    kv = PagedAllocator(num_blocks, BLOCK_SIZE)  # caching off needs the most blocks: the replays never run out
+    calls, live, token, finished = [], deque(), 1, []
+    for seq in range(n_requests):
+        head = kv_tokens(finished, rng) if finished and rng.random() < 0.33 else \
+            (systems[rng.randrange(4)] if rng.random() < 0.8 else [])
+        prompt = head + [rng.randrange(32000) for _ in range(rng.randint(10, 200))]
+        output = max(1, int(rng.lognormvariate(4.3, 0.8)))
+        while live and kv.pool.num_available < -(-(len(prompt) + output) // BLOCK_SIZE) + 8:
+            done = live.popleft()
+            if kv.num_tokens(done) < 1024:
+                finished.append(kv.tokens(done))
+            kv.free(done)
+            calls.append((FREE, done, None))
+        kv.allocate(seq, prompt)
+        calls.append((ADMIT, seq, prompt))
+        for _ in range(output):
+            token += 1
+            kv.append(seq, token)
+            calls.append((APPEND, seq, token))
+        live.append(seq)
+    return calls
+
+
+def kv_tokens(finished: list[list[int]], rng: random.Random) -> list[int]:
+    """A recent finished conversation, to continue."""
+    return finished[-1 - rng.randrange(min(len(finished), 20))]
+
+
+def replay(calls: list[tuple], kv: PagedAllocator | DequeBlockManager) -> None:
+    """The recorded calls against one manager (both take the same three calls)."""
+    allocate, append, free = kv.allocate, kv.append, kv.free
+    for op, seq, arg in calls:
+        if op == APPEND:
+            append(seq, arg)
+        elif op == ADMIT:
+            allocate(seq, arg)
+        else:
+            free(seq)
+
+
+def interleaved(contenders: dict, repeats: int) -> dict[str, list[float]]:
+    """CPU seconds of each contender, run in turn ``repeats`` times.
+
+    A contender is ``(setup, run)``: ``run(setup())`` is timed, ``setup()`` is not
+    (building a pool of 16,384 blocks is not what the scheduler does every step).
+    """
+    times = {name: [] for name in contenders}
+    for _ in range(repeats):
+        for name, (setup, run) in contenders.items():
+            state = setup()
+            start = time.process_time()
+            run(state)
+            times[name].append(time.process_time() - start)
+    return times
+
+
+def _line(name: str, values: list[float]) -> str:
+    return f"{name:<34} median {statistics.median(values):7.3f} s  (spread {min(values):.3f}-{max(values):.3f})"
+
+
+def bench_allocator(repeats: int, n_requests: int = 1500) -> None:
+    calls = record_calls(n_requests)
+    print(f"allocator: {len(calls):,} calls of the scheduler's pattern, prefix caching on")
+    for blocks in (768, 16_384):
+        contenders = {
+            "PagedAllocator": (lambda b=blocks: PagedAllocator(b, BLOCK_SIZE, prefix_caching=True),
+                               lambda kv: replay(calls, kv)),
+            "deque block manager": (lambda b=blocks: DequeBlockManager(b), lambda kv: replay(calls, kv)),
+        }
+        times = interleaved(contenders, repeats)
+        for name, values in times.items():
+            print(_line(f"  {blocks:>6,} blocks, {name}", values))
+        ratio = statistics.median(times["deque block manager"]) / statistics.median(times["PagedAllocator"])
+        print(f"  {blocks:>6,} blocks: PagedAllocator is {ratio:.2f}x the deque manager's speed")
+
+
+def bench_simulator(repeats: int, n_requests: int) -> None:
+    cost = roofline.StepModel("llama-2-13b", device="a100-40gb-sxm")
+    trace = batching.sample_trace(n_requests, seed=0, arrival_rate=50)
+    runs = {f"caching {flag}": (lambda c=flag: c,
+                                lambda c: batching.simulate(trace, kv_slots=768 * BLOCK_SIZE,
+                                                            prefix_caching=c, cost=cost))
+            for flag in (False, True)}
+    print(f"simulator: {n_requests:,} requests at 50/s on 768 blocks, with latency records (target: 2 s)")
+    for name, values in interleaved(runs, repeats).items():
+        print(_line(f"  {name}", values))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--requests", type=int, default=10_000)
+    args = parser.parse_args()
+    bench_allocator(args.repeats)
+    bench_simulator(max(1, args.repeats // 2), args.requests)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""The latency chapter's scenarios: chapter 04's server under vLLM's caps, chat traffic with a shared system prompt."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from ... import batching
+from .continuous_batching import BATCHING_SERVER
+
+LATENCY_RATES = (1.0, 2.0, 4.0, 6.0, 8.0)
+"""Arrival rates (requests per second) of the throughput-latency sweep."""
+
+LATENCY_SLO = batching.SLO(ttft_s=1.0, tpot_s=0.030)
+"""The chapter's service-level objective: first token within 1 s, then at most 30 ms per token."""
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """One line of the sweep: a policy and the scheduler options that differ from vLLM 0.33.0's defaults."""
+
+    label: str
+    options: tuple[tuple[str, object], ...]
+
+    def simulate(self, trace) -> batching.SimulationResult:
+        return BATCHING_SERVER.simulate(trace, **(latency_limits() | dict(self.options)))
+
+
+LATENCY_CONFIGS: tuple[ServerConfig, ...] = (
+    # A static batch is not vLLM's: it gets no token budget, or its batches would be a few prompts each.
+    ServerConfig("static batching", (("policy", "static"), ("max_num_batched_tokens", None))),
+    ServerConfig("continuous, whole prompts", (("chunked_prefill", False),)),
+    ServerConfig("continuous, chunked prefill", ()),
+    ServerConfig("continuous, chunked + prefix cache", (("prefix_caching", True),)),
+)
+"""The four servers of the throughput-latency figure, on the same paged KV pool."""
+
+
+def latency_limits() -> dict:
+    """vLLM 0.33.0's server defaults for chapter 04's A100: caps, chunked prefill, no watermark."""
+    return batching.vllm_limits(BATCHING_SERVER.gpu).as_options() | dict(chunked_prefill=True, watermark=0.0)
+
+
+@lru_cache(maxsize=16)
+def chat_trace(arrival_rate: float, n_requests: int = 150, seed: int = 11) -> tuple[batching.Request, ...]:
+    """Chat traffic: a 400-token system prompt shared by every request, then log-normal
+    user turns (mean 200 tokens) and answers (mean 120), arriving as a Poisson process."""
+    return tuple(batching.sample_trace(n_requests, seed=seed, prompt_mean=200, output_mean=120,
+                                       max_len=BATCHING_SERVER.max_len, arrival_rate=arrival_rate,
+                                       shared_prefix_len=400))
+
+
+@lru_cache(maxsize=64)
+def latency_run(label: str, arrival_rate: float) -> batching.SimulationResult:
+    """One server of :data:`LATENCY_CONFIGS` (by label) on :func:`chat_trace` at ``arrival_rate``."""
+    config = next(c for c in LATENCY_CONFIGS if c.label == label)
+    return config.simulate(chat_trace(arrival_rate))
+
+
+def latency_sweep() -> dict[tuple[str, float], batching.SimulationResult]:
+    """Every server of :data:`LATENCY_CONFIGS` at every rate of :data:`LATENCY_RATES`."""
+    return {(c.label, rate): latency_run(c.label, rate) for c in LATENCY_CONFIGS for rate in LATENCY_RATES}
+
+
+@lru_cache(maxsize=8)
+def budget_run(max_num_batched_tokens: int, max_num_seqs: int = 256,
+               arrival_rate: float = 4.0) -> batching.SimulationResult:
+    """The chunked server at one rate with other caps: what the token budget and the sequence cap trade."""
+    options = latency_limits() | dict(max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs)
+    return BATCHING_SERVER.simulate(chat_trace(arrival_rate), **options)
