@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from . import batching, memory, models, paging, parallel, roofline
+from . import batching, memory, models, paging, parallel, roofline, text
 from .checks import byte_count, choice, names, whole
 from .models import ModelSpec
 from .units import GiB, MiB, canonical_dtype, ceil_div
@@ -230,25 +230,27 @@ class Advice:
         return rows
 
     def table(self) -> str:
-        """A plain-text table of the ranking (fixed-width columns)."""
-        rows = self.rows()
-        keys = list(rows[0])
-        cells = [[str(r[k]) for k in keys] for r in rows]
-        widths = [max(len(k), *(len(c[i]) for c in cells)) for i, k in enumerate(keys)]
-        # The last column (a sentence) is left unpadded so the table stays readable when it wraps.
-        def line(values):
-            padded = [v.ljust(w) for v, w in zip(values[:-1], widths[:-1], strict=True)]
-            return "  ".join([*padded, values[-1]])
-        return "\n".join([line(keys), line(["-" * w for w in widths])] + [line(c) for c in cells])
+        """The ranking in 75 columns: what each lever serves, its latency and its gain on the goal."""
+        shown = {"rank": "rank", "lever": "lever", "fits at once": "fits", "tokens/s": "tok/s",
+                 "mean latency (s)": "latency s", "TTFT (s)": "TTFT s", f"x {self.workload.goal}": "gain",
+                 "GPUs": "GPUs"}
+        return text.table([{label: row[key] for key, label in shown.items() if key in row} for row in self.rows()])
+
+    def notes(self) -> list[str]:
+        """What each lever changes, a wrapped line or two per lever."""
+        return [line for row in self.rows() for line in text.wrap(f"{row['lever']}: {row['what it buys']}",
+                                                                  first="  ", later="    ")]
 
     def __str__(self) -> str:
         w = self.workload
-        head = (f"{self.model} on {self.gpu}: prompt {w.prompt_len}, output {w.output_len}, "
-                f"batch {w.batch if w.batch is not None else 'as many as fit'}, "
+        head = (f"{models.display_name(self.model)} on {roofline.gpu(self.gpu).display_name}: prompt "
+                f"{w.prompt_len}, output {w.output_len}, batch "
+                f"{w.batch if w.batch is not None else 'as many as fit'}, "
                 f"{'paged' if w.paged else f'reserve {w.max_len}'}, {w.batching} batching, {w.weights}, "
                 f"goal: {w.goal}")
-        return "\n".join([head, f"Dominant wall: {self.dominant}", *(f"  - {d}" for d in self.diagnosis),
-                          "", self.table()])
+        lines = [*text.wrap(head), *text.wrap(f"Dominant wall: {self.dominant}")]
+        lines += [line for d in self.diagnosis for line in text.wrap(d, first="  - ", later="    ")]
+        return "\n".join([*lines, "", self.table(), "", "what each lever changes:", *self.notes()])
 
 
 # ---------------------------------------------------------------------------
@@ -394,13 +396,16 @@ def _note(lever: str, base: Served, new: Served, w: Workload) -> str:
         return f"static batches idle {1 - w.output_len / w.output_len_max:.0%} of decode slots; reclaims them"
     if new.fits == 0:
         return f"weights {base.weights / GiB:,.1f} -> {new.weights / GiB:,.1f} GiB: still no room for one request"
-    text = f"weights {base.weights / GiB:,.1f} -> {new.weights / GiB:,.1f} GiB, fits {base.fits} -> {new.fits}"
+    change = f"weights {base.weights / GiB:,.1f} -> {new.weights / GiB:,.1f} GiB, fits {base.fits} -> {new.fits}"
     if base.fits == 0:
-        return text
+        return change
     # Per request (a wave's time shared by its requests): what throughput depends on.
     prefill_x = _ratio(base.prefill_s / base.wave, new.prefill_s / new.wave)
     decode_x = _ratio(base.decode_s / base.wave, new.decode_s / new.wave)
-    return text + f"; per request: prefill x{prefill_x:,.2f}, decode x{decode_x:,.2f} faster"
+    change += f"; per request: prefill x{prefill_x:,.2f}, decode x{decode_x:,.2f} faster"
+    if roofline.scheme(lever).dequant_flops_per_weight:  # an assumption of the model, not a measurement
+        change += " (dequantizing assumed to add to the tensor cores' time)"
+    return change
 
 
 def advise(model: ModelSpec | str, gpu: roofline.GPU | str, workload: Workload,

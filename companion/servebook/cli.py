@@ -33,13 +33,13 @@ from typing import Any, TextIO
 from . import __version__, advisor, gpus, memory, models
 from .checks import byte_count, choice, group_size, whole
 from .models import ModelSpec
+from .text import WIDTH, pairs, table
 from .units import DTYPE_BYTES, UNITS, GiB, canonical_dtype, fmt_both, fmt_bytes
 
 __all__ = ["DEFAULT_OVERHEAD", "WIDTH", "argument_parser", "main", "size", "transcript"]
 
 SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)\s*$")
 WEIGHT_DTYPES = tuple(DTYPE_BYTES)
-WIDTH = 75  # what a terminal and the book's page both hold
 DEFAULT_OVERHEAD = 4 * GiB  # the book's: CUDA context, activations, fragmentation
 
 
@@ -170,21 +170,8 @@ def advice_data(advice: advisor.Advice) -> dict[str, Any]:
 
 
 def advice_text(advice: advisor.Advice) -> str:
-    """The advisor's report for a terminal: the wall, then the ranking, then what each lever buys."""
-    head, dominant, *diagnosis = str(advice).split("\n\n")[0].split("\n")
-    lines = textwrap.wrap(head, WIDTH, subsequent_indent="  ")
-    lines += textwrap.wrap(dominant, WIDTH, subsequent_indent="  ")
-    for line in diagnosis:
-        lines += textwrap.wrap(line.strip().removeprefix("- "), WIDTH, initial_indent="  - ",
-                               subsequent_indent="    ")
-    rows = advice.rows()
-    shown = [k for k in rows[0] if k in ("rank", "lever", "fits at once", "tokens/s", "mean latency (s)")
-             or k.startswith("x ")]
-    names = {"fits at once": "fits", "mean latency (s)": "latency (s)"}
-    ranking = table([{names.get(k, k): row[k] for k in shown} for row in rows])
-    notes = [line for row in rows for line in textwrap.wrap(f"{row['lever']}: {row['what it buys']}", WIDTH,
-                                                             initial_indent="  ", subsequent_indent="    ")]
-    return "\n".join([*lines, "", ranking, "", "what each lever changes:", *notes])
+    """The advisor's report, as the book prints it (:meth:`servebook.advisor.Advice.__str__`)."""
+    return str(advice)
 
 
 def models_rows() -> list[dict[str, Any]]:
@@ -205,34 +192,6 @@ def gpus_rows() -> list[dict[str, Any]]:
 
 # ---------------------------------------------------------------------------
 # Text layout.
-
-
-def pairs(rows: list[tuple[str, str]]) -> str:
-    """``key  value`` lines with the keys padded to one width."""
-    width = max(len(key) for key, _ in rows)
-    return "\n".join(f"{key.ljust(width)}  {value}" for key, value in rows)
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:,.2f}"
-    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
-
-
-def table(rows: list[dict[str, Any]]) -> str:
-    """Rows of equal keys as fixed-width columns; numbers right-aligned, with thousands separators."""
-    keys = list(rows[0])
-    cells = [[_cell(v) for v in row.values()] for row in rows]
-    numeric = [all(isinstance(row[k], (int, float, type(None))) for row in rows) for k in keys]
-    widths = [max(len(k), *(len(c[i]) for c in cells)) for i, k in enumerate(keys)]
-
-    def line(values: list[str]) -> str:
-        return "  ".join(v.rjust(w) if num else v.ljust(w)
-                         for v, w, num in zip(values, widths, numeric, strict=True)).rstrip()
-
-    return "\n".join([line(keys), line(["-" * w for w in widths]), *(line(c) for c in cells)])
 
 
 # ---------------------------------------------------------------------------
