@@ -140,7 +140,8 @@ def weight_granularity(group_size: int | str | None, *, allow_none: bool = True)
 
 
 def weight_qparams(weight, bits: int, group_size: int | str | None = None,
-                   mapping: Mapping | str = Mapping.ASYMMETRIC) -> QParams:
+                   mapping: Mapping | str = Mapping.ASYMMETRIC,
+                   rounding: Rounding | str = Rounding.HALF_UP) -> QParams:
     """The grid of a weight matrix ``W`` (out x in) as weight-only quantizers (RTN, GPTQ, AWQ) choose it.
 
     - ``group_size`` an int: groups of ``group_size`` consecutive input features (``axis=-1``);
@@ -151,11 +152,14 @@ def weight_qparams(weight, bits: int, group_size: int | str | None = None,
     ``xmax = max(x.max(), 0)``): the zero point then lies inside the code range and every weight
     is within ``s / 2`` of its grid.  Without it a group whose weights are all positive (or all
     negative) clips its zero point and saturates the weights at the far end of its range.
+    ``rounding`` rounds the zero point, as it then rounds the codes: one convention per model.
     """
     kind, group_size = weight_granularity(group_size)
     if kind == "group":
-        return choose_qparams(weight, bits, mapping, axis=-1, group_size=group_size, include_zero=True)
-    return choose_qparams(weight, bits, mapping, axis=0 if kind == "channel" else None, include_zero=True)
+        return choose_qparams(weight, bits, mapping, axis=-1, group_size=group_size, include_zero=True,
+                              rounding=rounding)
+    return choose_qparams(weight, bits, mapping, axis=0 if kind == "channel" else None, include_zero=True,
+                          rounding=rounding)
 
 
 def _params_view(x, qparams: QParams):
