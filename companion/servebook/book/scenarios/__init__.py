@@ -9,6 +9,7 @@ prompts), the choice is made here once, and the chapter says so.
 
 from __future__ import annotations
 
+from .activations_and_fp8 import FP8_SCHEME, KV_SERVING, KVServingCase
 from .capacity_planning import C9_SEED_WEIGHTS, CAPACITY, SEED_BUDGET, CapacityCase, SeedBudget
 from .choosing_the_lever import LEVER_SCENARIOS, Scenario
 from .continuous_batching import BATCHING_SERVER, BatchingServer, batching_runs, batching_trace
@@ -22,6 +23,9 @@ from .prefill_decode import MEMORY_BUCKETS, PREFILL_DECODE, MemoryBuckets, Roofl
 from .quantization_basics import BINARY_TIE, ERROR_SAMPLES, SEED_OUTLIER, SEED_RANGE, SEED_WEIGHT, UNIT_RANGE
 
 __all__ = [
+    "FP8_SCHEME",
+    "KVServingCase",
+    "KV_SERVING",
     "BATCHING_SERVER",
     "BIG_MODEL",
     "BINARY_TIE",
