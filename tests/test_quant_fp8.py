@@ -79,7 +79,7 @@ def test_scales_are_vllms_per_tensor_channel_and_token(dtype):
     assert per_tensor.shape == (1, 1) and per_token.shape == (6, 1) and per_channel.shape == (1, 64)
     assert per_tensor.dtype == torch.float32
     assert float(per_tensor) == float(x.float().abs().max() / 448)   # in float32, as vLLM's kernels
-    assert float(per_token[2]) == pytest.approx(1 / (448 * 512), rel=1e-7)                   # an all-zero row keeps vLLM's floor
+    assert float(per_token[2]) == pytest.approx(1 / (448 * 512), rel=1e-7)   # an all-zero row: the floor
     fake = quant.fake_quantize_fp8(x, per_token)
     assert fake.dtype == dtype and fake.shape == x.shape
     # every row's largest magnitude lands exactly on 448 * s, within the 16-bit rounding of the output

@@ -33,7 +33,8 @@ from .checks import choice, whole
 from .quant import Mapping, Rounding, choose_qparams, fake_quantize
 from .quant.fp8 import FP8Format, fake_quantize_fp8, fp8_max
 
-__all__ = ["SCHEMES", "KVScheme", "scheme", "fake_quantize_kv", "quantized_cache", "calibrated_scales", "kv_bytes_per_token",
+__all__ = ["SCHEMES", "KVScheme", "scheme", "fake_quantize_kv", "quantized_cache", "calibrated_scales",
+           "kv_bytes_per_token",
            "attention_error", "hadamard"]
 
 PER_TOKEN_HEAD_FLOOR = 1e-6   # vLLM's floor on a per-(token, head) scale

@@ -59,6 +59,15 @@ from __future__ import annotations
 
 from .affine import choose_qparams_affine, dequantize_affine, fake_quantize_affine, quantize_affine
 from .exact import to_fraction
+from .fp8 import (
+    FP8Format,
+    choose_fp8_scale,
+    dequantize_fp8,
+    fake_quantize_fp8,
+    fp8_max,
+    fp8_values,
+    quantize_fp8,
+)
 from .grid import (
     DEFAULT_EPS,
     MAX_BITS,
@@ -69,15 +78,6 @@ from .grid import (
     round_half_even,
     round_half_up,
     rounding_function,
-)
-from .fp8 import (
-    FP8Format,
-    choose_fp8_scale,
-    dequantize_fp8,
-    fake_quantize_fp8,
-    fp8_max,
-    fp8_values,
-    quantize_fp8,
 )
 from .packing import pack_int4, unpack_int4
 from .tensors import (
@@ -100,5 +100,6 @@ __all__ = [
     "choose_qparams", "weight_qparams", "weight_granularity", "WEIGHT_GRANULARITIES", "quantize", "dequantize",
     "fake_quantize", "quantization_error", "relative_error", "error_bound",
     "FP8Format", "fp8_max", "fp8_values", "choose_fp8_scale", "quantize_fp8", "dequantize_fp8",
-    "fake_quantize_fp8", "pack_int4", "unpack_int4", "round_half_up", "round_half_even", "rounding_function", "to_fraction",
+    "fake_quantize_fp8", "pack_int4", "unpack_int4", "round_half_up", "round_half_even", "rounding_function",
+    "to_fraction",
 ]

@@ -144,7 +144,8 @@ def _checked_scale(x, scale):
         ok = bool(np.isfinite(scale).all()) and bool((scale > 0).all())
     if not ok:
         raise ValueError("scale must be positive and finite")
-    if scale.ndim > x.ndim or any(s not in (1, n) for s, n in zip(scale.shape[::-1], x.shape[::-1])):
+    if scale.ndim > x.ndim or any(s not in (1, n) for s, n in zip(scale.shape[::-1], x.shape[::-1],
+                                                                    strict=False)):
         raise ValueError(f"scale of shape {tuple(scale.shape)} does not broadcast against x of shape "
                          f"{tuple(x.shape)}")
     return scale
