@@ -1,95 +1,123 @@
-"""Speed of servebook's quantizer against PyTorch's own fake-quantize and a plain memory copy.
+"""Speed of servebook's quantizer against PyTorch's fake-quantize: INT4 of a 4096 x 4096 float32 matrix.
 
-Quantize + dequantize of one float32 matrix (4096 x 4096 by default) to INT4, per channel (one
-scale per row) and group-wise (g = 128 along the rows), on the numpy path, on torch CPU tensors
-(which run the same kernels on the tensor's memory), and on torch's own operations (the path
-tensors on a GPU take, forced here on the CPU), beside ``torch.fake_quantize_per_channel_affine``
-and a memory copy, all in the same run.
+Contenders, per channel (one scale per row) and group-wise (g = 128 along the rows):
 
-Effective bandwidth counts only the float32 matrix read and the float32 result written
-(2 x 4 bytes per element, decimal GB/s), for every row alike, so rows compare directly with the copy.
+- ``torch.fake_quantize_per_channel_affine`` (for groups: on the matrix viewed as rows of 128, the
+  same arithmetic), the reference;
+- servebook ``quantize`` then ``dequantize`` (two calls: codes, then floats);
+- servebook ``fake_quantize`` (one call).
 
-    python benchmarks/bench_quant.py [--size 4096] [--repeats 7]
+torch's time for the same call swings about 2x between processes (first-touch page faults on its
+64 MiB output land differently), so one process's numbers mean little.  This script:
+
+- interleaves the contenders: each round times every contender once, in an order rotated every
+  round, so a slow spell of the machine hits all of them;
+- repeats ``--repeats`` rounds in each of ``--processes`` fresh processes;
+- reports, per contender, the median time over all rounds with its interquartile range, and the
+  ratio to torch *paired within each round* (median, and the lowest and highest process median),
+  which cancels the swings that hit both.
+
+    python benchmarks/bench_quant.py [--size 4096] [--repeats 9] [--processes 5]
 """
 
 from __future__ import annotations
 
 import argparse
-from unittest import mock
+import json
+import statistics
+import subprocess
+import sys
+import time
 
 import numpy as np
 import torch
 
 from servebook import quant
 from servebook.quant import Rounding
-from timing import median_seconds
 
-INT4 = quant.qrange(4)
+EVEN = Rounding.HALF_EVEN
+
+
+def contenders(n: int, group_size: int) -> dict:
+    """Name -> zero-argument function, each checked against torch before it is timed."""
+    x = torch.from_numpy(np.random.default_rng(0).standard_normal((n, n)).astype(np.float32))
+    channel = quant.choose_qparams(x, 4, axis=0, rounding=EVEN)
+    grouped = quant.choose_qparams(x, 4, group_size=group_size, rounding=EVEN)
+    rows = x.view(-1, group_size)
+    g_scale, g_zero = grouped.scale.reshape(-1), grouped.zero_point.reshape(-1)
+
+    def q_dq(qparams):
+        return lambda: quant.dequantize(quant.quantize(x, qparams, EVEN), qparams)
+
+    cases = {
+        "torch fake_quantize, per channel": lambda: torch.fake_quantize_per_channel_affine(
+            x, channel.scale, channel.zero_point, 0, 0, 15),
+        f"torch fake_quantize, g{group_size}": lambda: torch.fake_quantize_per_channel_affine(
+            rows, g_scale, g_zero, 0, 0, 15),
+        "servebook quantize + dequantize, per channel": q_dq(channel),
+        "servebook fake_quantize, per channel": lambda: quant.fake_quantize(x, channel, EVEN),
+        f"servebook quantize + dequantize, g{group_size}": q_dq(grouped),
+        f"servebook fake_quantize, g{group_size}": lambda: quant.fake_quantize(x, grouped, EVEN),
+    }
+    names = list(cases)
+    for name in names[2:]:   # the same numbers as torch, or the speed means nothing
+        reference = cases[names[0] if "channel" in name else names[1]]().reshape(n, n)
+        assert torch.equal(cases[name]().reshape(n, n), reference), name
+    return cases
+
+
+def child(n: int, group_size: int, repeats: int) -> dict:
+    """One process: ``repeats`` interleaved rounds; the times of every contender, seconds."""
+    cases = contenders(n, group_size)
+    names = list(cases)
+    for function in cases.values():   # warm-up: lazy imports, first allocations
+        function()
+    times = {name: [] for name in names}
+    for r in range(repeats):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            start = time.perf_counter()
+            cases[name]()
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
+def _quartiles(values):
+    q = statistics.quantiles(values, n=4)
+    return q[0], q[2]
+
+
+def report(runs: list[dict], n: int, group_size: int, repeats: int) -> None:
+    names = list(runs[0])
+    torch_of = {name: names[0] if "channel" in name else names[1] for name in names}
+    print(f"INT4 of a {n} x {n} float32 matrix; {len(runs)} processes x {repeats} interleaved rounds; "
+          f"torch {torch.__version__} ({torch.get_num_threads()} threads), numpy {np.__version__}")
+    print(f"{'contender':<46} {'median ms':>9} {'IQR ms':>13} {'x torch':>8} {'process range':>14}")
+    for name in names:
+        every = [t for run in runs for t in run[name]]
+        low, high = _quartiles(every)
+        ratios = [[t / ref for t, ref in zip(run[name], run[torch_of[name]], strict=True)] for run in runs]
+        per_process = [statistics.median(r) for r in ratios]
+        ratio = statistics.median([v for r in ratios for v in r])
+        print(f"{name:<46} {statistics.median(every) * 1e3:9.1f} {low * 1e3:6.1f}-{high * 1e3:<6.1f} "
+              f"{ratio:7.2f}x {min(per_process):6.2f}-{max(per_process):.2f}x")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=4096)
-    parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--group-size", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--processes", type=int, default=5)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-
-    n = args.size
-    x = np.random.default_rng(0).standard_normal((n, n)).astype(np.float32)
-    xt = torch.from_numpy(x.copy())
-    per_channel = quant.choose_qparams(x, 4, axis=0, rounding=Rounding.HALF_EVEN)
-    grouped = quant.choose_qparams(x, 4, group_size=args.group_size, rounding=Rounding.HALF_EVEN)
-    per_channel_t = quant.choose_qparams(xt, 4, axis=0, rounding=Rounding.HALF_EVEN)
-    grouped_t = quant.choose_qparams(xt, 4, group_size=args.group_size, rounding=Rounding.HALF_EVEN)
-    scale_t, zero_t = per_channel_t.scale, per_channel_t.zero_point
-    even = Rounding.HALF_EVEN
-
-    def q_dq(tensor, qparams, rounding=even):
-        return quant.dequantize(quant.quantize(tensor, qparams, rounding), qparams)
-
-    def device_path(function):
-        def run():
-            with mock.patch.object(quant._fast, "numpy_view", lambda value: None):
-                return function()
-        return run
-
-    copy_out = np.empty_like(x)
-    g = args.group_size
-    cases = [
-        ("memory copy (numpy, into a preallocated array)", lambda: np.copyto(copy_out, x)),
-        ("memory copy (numpy, new array)", lambda: x.copy()),
-        ("torch.fake_quantize_per_channel_affine", lambda: torch.fake_quantize_per_channel_affine(
-            xt, scale_t, zero_t, 0, *INT4)),
-        ("torch.fake_quantize_per_tensor_affine", lambda: torch.fake_quantize_per_tensor_affine(
-            xt, 0.25, 8, *INT4)),
-        ("servebook numpy, per channel: quantize + dequantize", lambda: q_dq(x, per_channel)),
-        ("servebook numpy, per channel: fake_quantize", lambda: quant.fake_quantize(x, per_channel, even)),
-        ("servebook numpy, per channel: fake_quantize half-up", lambda: quant.fake_quantize(
-            x, per_channel, Rounding.HALF_UP)),
-        (f"servebook numpy, g={g}: quantize + dequantize", lambda: q_dq(x, grouped)),
-        (f"servebook numpy, g={g}: fake_quantize", lambda: quant.fake_quantize(x, grouped, even)),
-        ("servebook torch CPU, per channel: quantize + dequantize", lambda: q_dq(xt, per_channel_t)),
-        (f"servebook torch CPU, g={g}: quantize + dequantize", lambda: q_dq(xt, grouped_t)),
-        ("servebook torch ops (device path), per channel: q + dq", device_path(lambda: q_dq(xt, per_channel_t))),
-        (f"servebook torch ops (device path), g={g}: q + dq", device_path(lambda: q_dq(xt, grouped_t))),
-        ("servebook numpy, per channel: choose_qparams", lambda: quant.choose_qparams(x, 4, axis=0)),
-        (f"servebook numpy, g={g}: choose_qparams", lambda: quant.choose_qparams(x, 4, group_size=g)),
-    ]
-    # the paths must agree with torch before their speed means anything
-    reference = torch.fake_quantize_per_channel_affine(xt, scale_t, zero_t, 0, *INT4).numpy()
-    assert np.array_equal(q_dq(x, per_channel), reference)
-    assert np.array_equal(q_dq(xt, per_channel_t).numpy(), reference)
-    assert np.array_equal(device_path(lambda: q_dq(xt, per_channel_t))().numpy(), reference)
-
-    moved = 2 * x.nbytes
-    results = [(name, median_seconds(function, args.repeats)) for name, function in cases]
-    torch_time = results[2][1]
-    print(f"INT4, {n} x {n} float32 ({x.nbytes / 2**20:.0f} MiB), median of {args.repeats}, "
-          f"torch {torch.__version__} with {torch.get_num_threads()} threads, numpy {np.__version__}")
-    print(f"{'operation':<58} {'median ms':>10} {'GB/s':>7} {'vs torch fq':>12}")
-    for name, seconds in results:
-        bandwidth = "" if "choose" in name else f"{moved / seconds / 1e9:7.1f}"
-        print(f"{name:<58} {seconds * 1e3:10.1f} {bandwidth:>7} {seconds / torch_time:11.2f}x")
+    if args.child:
+        print(json.dumps(child(args.size, args.group_size, args.repeats)))
+        return
+    command = [sys.executable, __file__, "--child", "--size", str(args.size), "--group-size",
+               str(args.group_size), "--repeats", str(args.repeats)]
+    runs = [json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
+            for _ in range(args.processes)]
+    report(runs, args.size, args.group_size, args.repeats)
 
 
 if __name__ == "__main__":

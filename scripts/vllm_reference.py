@@ -57,7 +57,8 @@ def cases() -> dict[str, tuple[list, dict]]:
         config = dict(
             num_blocks=(48, 64, 36, 64)[seed % 4], block_size=(16, 8, 8, 16)[seed % 4], max_len=256,
             max_num_seqs=(8, 16, 32, 6)[seed % 4], max_num_batched_tokens=(256, 128, 512, 48)[seed % 4],
-            chunked_prefill=kind != "pressure" or seed % 8 == 2, prefix_caching=kind == "shared-prefix" or seed % 3 == 0,
+            chunked_prefill=kind != "pressure" or seed % 8 == 2,
+            prefix_caching=kind == "shared-prefix" or seed % 3 == 0,
             watermark=0.0 if seed % 5 else 0.02)
         if not config["chunked_prefill"]:
             config["max_num_batched_tokens"] = max(config["max_num_batched_tokens"], config["max_len"])

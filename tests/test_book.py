@@ -194,26 +194,13 @@ def test_page_executes(page, executed):
         context = pages.book_context(ROOT, render.Style(lambda there, anchor: f"{site}{there}#{anchor}"))
         notebook = notebooks.colab_notebook(result.notebook, outline, context, "0" * 40, site)
         assert not notebooks.quarto_left(notebook), "the notebook shows Quarto markup"
-    rewritten = BEING_REWRITTEN.get(str(page.relative_to(ROOT)), ())
-    unfit, unfit_rewritten = [], []
+    unfit = []
     for cell in result.notebook.cells:
-        found = [f"[{len(line)}] {line}" for line in shown_lines(cell) if len(line) > fmt.WIDTH]
-        found += [f"registry id {name!r} in: {row}" for row in table_rows(cell) for name in REGISTRY_ID.findall(row)]
-        mine = rewritten != ALL_CELLS and not any(call in cell.source for call in rewritten)
-        (unfit if mine else unfit_rewritten).extend(found)
+        unfit += [f"[{len(line)}] {line}" for line in shown_lines(cell) if len(line) > fmt.WIDTH]
+        unfit += [f"registry id {name!r} in: {row}" for row in table_rows(cell) for name in REGISTRY_ID.findall(row)]
     assert not unfit, f"outputs wider than the column ({fmt.WIDTH}) or naming registry ids: {unfit}"
-    if unfit_rewritten:
-        pytest.xfail("being rewritten")
 
 
-# Outputs being rewritten to fit the column in other changes: page -> the calls made by the cells concerned,
-# or every cell.  The marks go at those changes' merge.
-ALL_CELLS = ("",)
-BEING_REWRITTEN = {**dict.fromkeys(["chapters/paged-attention.qmd", "chapters/continuous-batching.qmd",
-                                    "chapters/choosing-the-lever.qmd", "chapters/quantization-basics.qmd",
-                                    "exercises/continuous-batching.qmd",
-                                    "exercises/choosing-the-lever.qmd", "exercises/quantization-basics.qmd"],
-                                   ALL_CELLS)}
 # A table shows display names ("Llama-2-13B", "A100 80GB SXM"); ids are lower case, so case tells them apart.
 REGISTRY_ID = re.compile(r"(?<![\w./-])(" + "|".join(
     re.escape(name) for name in sorted([*models.names(), *gpus.names()], key=len, reverse=True)) + r")(?![\w-]|\.\w)")

@@ -46,7 +46,7 @@ def test_the_four_runs_are_the_server_on_the_trace():
 
 
 def test_the_seeds_grid():
-    scale, zero_point = quant.choose_qparams_affine(*scenarios.SEED_RANGE, 4)
+    scale, zero_point = quant.choose_qparams_affine(*scenarios.EXAMPLE_RANGE, 4)
     assert (float(scale), zero_point) == (0.1, 6)
-    assert quant.quantize_affine(scenarios.SEED_WEIGHT, scale, zero_point, 0, 15) == 10
-    assert quant.quantize_affine(scenarios.SEED_OUTLIER, scale, zero_point, 0, 15) == 15
+    assert quant.quantize_affine(scenarios.EXAMPLE_WEIGHT, scale, zero_point, 0, 15) == 10
+    assert quant.quantize_affine(scenarios.EXAMPLE_OUTLIER, scale, zero_point, 0, 15) == 15

@@ -77,7 +77,8 @@ def relative_output_error(weight: torch.Tensor, weight_hat: torch.Tensor, gram: 
 
 
 def _fake_rtn(weight: torch.Tensor, bits: int, group_size: int | None, mapping: Mapping, rounding) -> torch.Tensor:
-    return quant.fake_quantize(weight, quant.weight_qparams(weight, bits, group_size, mapping), rounding)
+    return quant.fake_quantize(weight, quant.weight_qparams(weight, bits, group_size, mapping, rounding),
+                               rounding)
 
 
 def search_scale(weights, mean_abs: torch.Tensor, gram: torch.Tensor, bits: int = 4,
@@ -168,6 +169,6 @@ def awq_quantize(weight: torch.Tensor, x: torch.Tensor | None = None, bits: int 
                                      rounding=rounding)
     mapping = member("mapping", mapping, Mapping)
     scaled = weight.detach().float() * s
-    qparams = quant.weight_qparams(scaled, bits, group_size, mapping)
+    qparams = quant.weight_qparams(scaled, bits, group_size, mapping, rounding)
     codes = quant.quantize(scaled, qparams, rounding)
     return AWQResult(codes, qparams, s, alpha, history)

@@ -218,7 +218,7 @@ def _gptq(weight, H, bits, group_size, mapping, block_size, damp, act_order, rou
         # Fixed grids: per row from the whole row, or act-order's static groups from the original weights.
         g = group_size or in_features
         for k in range(n_groups):
-            scale[:, k], zero[:, k] = _row_grid(W[:, k * g:(k + 1) * g], bits, mapping)
+            scale[:, k], zero[:, k] = _row_grid(W[:, k * g:(k + 1) * g], bits, mapping, rounding)
 
     perm = torch.argsort(torch.diag(H), descending=True, stable=True) if act_order else None
     if perm is not None:
@@ -264,7 +264,7 @@ def _quantize_columns(W, Hinv, Q, losses, scale, zero, perm, bits, mapping, grou
                 if j % group_size == 0:
                     # A new group: its grid comes from the weights as the earlier errors have left them.
                     source = W[:, j:j + group_size] if i == 0 else W1[:, i:i + group_size]
-                    scale[:, k], zero[:, k] = _row_grid(source, bits, mapping)
+                    scale[:, k], zero[:, k] = _row_grid(source, bits, mapping, rounding)
             w = W1[:, i]
             w_hat = quant.fake_quantize_affine(w, scale[:, k], zero[:, k], qmin, qmax, rounding)
             Q[:, j] = w_hat
@@ -275,10 +275,10 @@ def _quantize_columns(W, Hinv, Q, losses, scale, zero, perm, bits, mapping, grou
         W[:, i2:] -= Err1 @ Hinv[i1:i2, i2:]
 
 
-def _row_grid(columns: torch.Tensor, bits: int, mapping: Mapping) -> tuple[torch.Tensor, torch.Tensor]:
+def _row_grid(columns: torch.Tensor, bits: int, mapping: Mapping, rounding) -> tuple[torch.Tensor, torch.Tensor]:
     """Scale and zero point of each row of ``columns`` (out x g): :func:`servebook.quant.weight_qparams`
     per output row, whose range always contains 0 as in the reference code."""
-    qp = quant.weight_qparams(columns, bits, "channel", mapping)
+    qp = quant.weight_qparams(columns, bits, "channel", mapping, rounding)
     return qp.scale, qp.zero_point
 
 

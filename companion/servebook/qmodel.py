@@ -33,7 +33,7 @@ from torch import nn
 from . import kernels, memory, quant
 from .awq import search_scale
 from .calibration import for_each_block, input_statistics
-from .checks import choice, flag, member, whole
+from .checks import choice, flag, member, names, whole
 from .checks import group_size as check_group_size
 from .gptq import gptq_quantize, one_thread_on_cpu
 from .quant import Mapping, QParams, Rounding
@@ -68,7 +68,7 @@ def rtn_quantize(weight: torch.Tensor, bits: int = 4, group_size: int | str = 12
     The grid is :func:`servebook.quant.weight_qparams`, the one GPTQ and AWQ use (its range contains 0).
     """
     kind, g = quant.weight_granularity(group_size, allow_none=False)
-    qparams = quant.weight_qparams(weight, bits, g or kind, mapping)
+    qparams = quant.weight_qparams(weight, bits, g or kind, mapping, rounding)
     return quant.quantize(weight, qparams, rounding), qparams
 
 
@@ -78,8 +78,11 @@ class QuantizedLinear(nn.Module):
     Buffers: ``qweight`` (uint8: two 4-bit codes per byte, low nibble first; or one 8-bit code),
     ``scales`` (FP16: shape ``()`` per tensor, ``(out,)`` per channel, ``(out, in // g)`` per group)
     and, for the affine mapping, ``qzeros`` (zero points packed like the codes, flattened).
-    Scales are kept in FP16, as GPTQ and AWQ checkpoints keep them; that moves a dequantized
-    weight by at most 2^-11 of its value.
+    Scales are kept in FP16, as GPTQ and AWQ checkpoints keep them.  A scale in FP16's normal
+    range (2^-14 up to 65504) is stored within 2^-11 of its value, and so is every dequantized
+    weight; a smaller scale is an FP16 subnormal, stored within 2^-25 in absolute terms (a
+    relative error that grows as the scale shrinks); a scale above 65504 does not fit and is
+    refused when the layer is built (:func:`check_fp16_scales`).
     """
 
     def __init__(self, in_features: int, out_features: int, bits: int, mapping: Mapping, granularity: str,
@@ -120,7 +123,7 @@ class QuantizedLinear(nn.Module):
                     qparams.group_size, linear.bias)
         device = linear.weight.device
         layer.qweight = cls._pack(codes.to(device), bits, qparams.mapping)
-        layer.scales = torch.as_tensor(qparams.scale, device=device).to(torch.float16)
+        layer.scales = check_fp16_scales(torch.as_tensor(qparams.scale, device=device)).to(torch.float16)
         if qparams.mapping is Mapping.ASYMMETRIC:
             zeros = torch.as_tensor(qparams.zero_point, device=device).reshape(-1)
             layer.qzeros = cls._pack(zeros, bits, Mapping.ASYMMETRIC)
@@ -171,6 +174,20 @@ class QuantizedLinear(nn.Module):
         grid = f"g{self.group_size}" if self.group_size else f"per {self.granularity}"
         return (f"in_features={self.in_features}, out_features={self.out_features}, W{self.bits}A16, {grid}, "
                 f"{self.mapping.name.lower()}")
+
+
+FP16_MAX = 65504.0
+
+
+def check_fp16_scales(scale: torch.Tensor, layer: str | None = None) -> torch.Tensor:
+    """``scale`` unchanged if every value fits an FP16 scale, else a ValueError naming the layer."""
+    largest = float(scale.abs().max()) if scale.numel() else 0.0
+    if largest > FP16_MAX:
+        where = f" of layer {layer}" if layer else ""
+        raise ValueError(f"weights{where} need a scale of {largest:.4g}, above FP16's largest number "
+                         f"{FP16_MAX:g}: the stored FP16 scale would be inf; rescale the "
+                         "layer or keep it in float (skip=[...])")
+    return scale
 
 
 def formula_bytes(out_features: int, in_features: int, bits: int, group_size: int | str,
@@ -242,7 +259,8 @@ def linear_layers(model: nn.Module, skip=None) -> dict[str, nn.Linear]:
     """The ``nn.Linear`` layers of ``model`` by name, without the output embedding and the names in ``skip``."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    skip = set(skip or ())
+    every = [name for name, module in model.named_modules() if isinstance(module, nn.Linear)]
+    skip = set(() if skip is None else names("skip", skip, every))
     output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     return {name: module for name, module in model.named_modules()
             if isinstance(module, nn.Linear) and name not in skip and module is not output}
@@ -260,7 +278,8 @@ def quantize_model(model: nn.Module, method: str = "rtn", *, bits: int = 4, grou
     - ``group_size``: an int (group-wise along the input features), ``"channel"`` (one grid per output
       row) or ``"tensor"`` (one grid per weight matrix; RTN only).
     - ``calibration``: token ids, (n_samples, seq_len), for GPTQ and AWQ; RTN takes none.
-    - ``skip``: names of linear layers to keep in float; the output embedding (``lm_head``) always is.
+    - ``skip``: a list of names of linear layers to keep in float (each must name one); the output
+      embedding (``lm_head``) always is.
     - ``pack=False`` simulates instead: each weight is replaced by its dequantized value in an
       ordinary ``nn.Linear`` (same numbers, no memory saved), which allows any width from 2 to 8 bits;
       ``bytes_after`` is then what tightly packed codes would take (:func:`formula_bytes`).
@@ -270,7 +289,8 @@ def quantize_model(model: nn.Module, method: str = "rtn", *, bits: int = 4, grou
     method, bits, g, mapping = _checked_options(method, bits, group_size, mapping, pack)
     targets = _targets(model, skip, g)
     calibration = _check_calibration(method, calibration, model)
-    if not inplace:
+    rounding = member("rounding", rounding, Rounding)
+    if not flag("inplace", inplace):
         model = copy.deepcopy(model)
         targets = linear_layers(model, skip)
 
@@ -333,6 +353,7 @@ def _replace(model: nn.Module, name: str, linear: nn.Linear, codes, qparams, rep
         report.bytes_after += formula_bytes(linear.out_features, linear.in_features, qparams.bits,
                                             report.group_size, qparams.mapping)
         return
+    check_fp16_scales(torch.as_tensor(qparams.scale), name)
     layer = QuantizedLinear.from_codes(linear, codes, qparams)
     parent_name, _, child = name.rpartition(".")
     setattr(model.get_submodule(parent_name) if parent_name else model, child, layer)

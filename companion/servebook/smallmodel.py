@@ -21,7 +21,7 @@ import torch
 from .checks import whole
 
 __all__ = ["TINY_LLAMA", "dtype_keyword", "load", "heldout_text", "calibration_text", "evaluation_text",
-           "encode", "calibration_batch", "perplexity", "layer_statistics"]
+           "encode", "calibration_batch", "perplexity", "layer_statistics", "cache_keyword"]
 
 DATA = Path(__file__).parent / "data"
 TINY_LLAMA = DATA / "tiny-llama"
@@ -61,6 +61,14 @@ def load(name: str = "tiny-llama", *, dtype=torch.float32, device: str | torch.d
             hf_logging.enable_progress_bar()
     model.eval()
     return model, tokenizer
+
+
+def cache_keyword(model) -> str:
+    """The keyword a model's forward takes its KV cache by: ``"cache"`` (transformers 5.24 renamed it)
+    or ``"past_key_values"``."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
 def heldout_text() -> str:
@@ -106,8 +114,14 @@ def calibration_batch(ids: torch.Tensor, n_samples: int = 64, seq_len: int = 128
 
 @torch.no_grad()
 def perplexity(model, ids: torch.Tensor, seq_len: int = 128, batch_size: int = 16,
-               max_windows: int | None = None) -> float:
-    """``exp(mean cross-entropy)`` of ``model`` on the 1-D token stream ``ids``, in non-overlapping windows."""
+               max_windows: int | None = None, cache=None) -> float:
+    """``exp(mean cross-entropy)`` of ``model`` on the 1-D token stream ``ids``, in non-overlapping windows.
+
+    ``cache``: a function returning a fresh Hugging Face cache for each batch (a quantized KV cache,
+    :func:`servebook.kvquant.quantized_cache`); attention then reads its keys and values from it.
+    """
+    if cache is not None and not callable(cache):
+        raise TypeError(f"cache must be a function that returns a fresh cache, got {type(cache).__name__}")
     seq_len, batch_size = whole("seq_len", seq_len), whole("batch_size", batch_size)
     if not isinstance(ids, torch.Tensor) or ids.ndim != 1 or ids.is_floating_point():
         raise ValueError("ids must be a 1-D integer tensor of token ids")
@@ -127,7 +141,10 @@ def perplexity(model, ids: torch.Tensor, seq_len: int = 128, batch_size: int = 1
     with one_thread_on_cpu(device):
         for batch in windows.split(batch_size):
             batch = batch.to(device)
-            logits = model(input_ids=batch, use_cache=False).logits.float()
+            if cache is None:
+                logits = model(input_ids=batch, use_cache=False).logits.float()
+            else:
+                logits = model(input_ids=batch, use_cache=True, **{cache_keyword(model): cache()}).logits.float()
             loss = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), batch[:, 1:].flatten(),
                                                      reduction="sum")
             total += loss.item()

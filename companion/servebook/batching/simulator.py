@@ -97,7 +97,7 @@ class _Server:
         offsets = [0]
         for r in requests:
             offsets.append(offsets[-1] + r.output_len)
-        self.lives = {r.request_id: _Live(r, o) for r, o in zip(requests, offsets)}
+        self.lives = {r.request_id: _Live(r, o) for r, o in zip(requests, offsets[:-1], strict=True)}
         self.token_steps = array("l", bytes(8 * offsets[-1]))  # the step at which each output token came out
         self.pending = deque(requests)
         self.waiting: deque[_Live] = deque()

@@ -35,7 +35,8 @@ import torch
 
 from .. import __version__, smallmodel
 
-VERSIONS = {"perplexity-table": 1, "perplexity-low-bits": 1, "layer-errors": 1}
+VERSIONS = {"perplexity-table": 1, "perplexity-low-bits": 1, "layer-errors": 1, "kv-cache-table": 1,
+            "activation-table": 1}
 """Bump an experiment's version when what it computes changes, then refresh."""
 
 DIRECTORY = Path(smallmodel.__file__).parent / "data" / "experiments"
@@ -242,6 +243,129 @@ def quantize_pretrained(name: str = PRETRAINED, methods: tuple[str, ...] = ("rtn
     return lines
 
 
+# The KV-cache schemes of the activations chapter; "fp8" twice: vLLM's default scales (1.0), then calibrated.
+KV_ROWS = ("auto", "fp8", "fp8_calibrated", "fp8_e5m2", "fp8_per_token_head", "int8_per_token_head",
+           "int4_per_token_head", "kivi4", "kivi2")
+ACTIVATION_ROWS = ("w8a16", "w8a8_tensor", "w8a8_token", "llm_int8", "smoothquant", "fp8")
+PLANTED = {"channels": [7, 100, 201], "factor": 40.0}
+"""The activation outliers planted in the tiny model: three hidden channels, 40 times larger."""
+
+
+def kv_cache_table() -> list[dict]:
+    """Held-out perplexity of the tiny Llama with each KV-cache scheme of :data:`KV_ROWS`, and the
+    relative error of every layer's attention output (the input of ``o_proj``) against the 16-bit cache."""
+    return result("kv-cache-table", _kv_settings(), _kv_cache_rows)
+
+
+def _kv_settings() -> dict:
+    return {"rows": list(KV_ROWS), "seq_len": CALIBRATION["seq_len"]}
+
+
+def _attention_outputs(model, windows, cache) -> list[torch.Tensor]:
+    from functools import partial
+
+    layers = model.model.layers
+    found = [[] for _ in layers]
+    handles = [layer.self_attn.o_proj.register_forward_hook(partial(lambda i, m, args, out: found[i].append(
+        args[0].detach()), i)) for i, layer in enumerate(layers)]
+    try:
+        with torch.no_grad():
+            for batch in windows.split(16):
+                model(input_ids=batch, use_cache=True, **{smallmodel.cache_keyword(model): cache()})
+    finally:
+        for handle in handles:
+            handle.remove()
+    return [torch.cat(parts) for parts in found]
+
+
+def _kv_cache_rows() -> list[dict]:
+    from functools import partial
+
+    from ..kvquant import calibrated_scales, quantized_cache
+
+    seq_len = CALIBRATION["seq_len"]
+    model, tokenizer = smallmodel.load("tiny-llama")
+    held = smallmodel.encode(tokenizer, smallmodel.heldout_text())
+    windows = held[: 16 * seq_len].view(16, seq_len)
+    recorded = _recorded_kv(model, windows)
+    scales = [calibrated_scales(k, v) for k, v in recorded]
+    reference = _attention_outputs(model, windows, partial(quantized_cache, "auto"))
+    rows = []
+    for row in KV_ROWS:
+        name = "fp8" if row == "fp8_calibrated" else row
+        k_scales = [s[0] for s in scales] if row == "fp8_calibrated" else None
+        v_scales = [s[1] for s in scales] if row == "fp8_calibrated" else None
+        cache = partial(quantized_cache, name, k_scales, v_scales)
+        outputs = _attention_outputs(model, windows, cache)
+        errors = [float((a - b).norm() / b.norm()) for a, b in zip(outputs, reference, strict=True)]
+        rows.append({"scheme": row, "perplexity": round(smallmodel.perplexity(model, held, seq_len, cache=cache), 4),
+                     "attention_error": round(sum(errors) / len(errors), 6),
+                     "k_scales": k_scales, "v_scales": v_scales})
+    return rows
+
+
+def _recorded_kv(model, windows) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Every layer's keys and values (after RoPE) on ``windows``, from a plain cache."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    with torch.no_grad():
+        model(input_ids=windows, use_cache=True, **{smallmodel.cache_keyword(model): cache})
+    return [(layer.keys, layer.values) for layer in cache.layers] if hasattr(cache, "layers") else \
+        list(zip(cache.key_cache, cache.value_cache, strict=True))
+
+
+def activation_table() -> list[dict]:
+    """Held-out perplexity and mean relative layer-output error of the tiny Llama under each activation
+    scheme of :data:`ACTIVATION_ROWS`, on the trained model and on the model with planted outliers."""
+    return result("activation-table", _activation_settings(), _activation_rows)
+
+
+def _activation_settings() -> dict:
+    return {"rows": list(ACTIVATION_ROWS), "planted": PLANTED, **CALIBRATION}
+
+
+def _layer_output_error(model, quantized, windows) -> float:
+    """Mean over the linear layers of ``||Q(x) W_hat - x W|| / ||x W||`` on the float model's inputs ``x``."""
+    from ..qmodel import linear_layers
+
+    errors = []
+    originals = linear_layers(model)
+    hooks = [layer.register_forward_hook(lambda m, args, out, name=name: errors.append(float(
+        (quantized.get_submodule(name)(args[0]) - out).norm() / out.norm()))) for name, layer in originals.items()]
+    try:
+        with torch.no_grad():
+            model(input_ids=windows, use_cache=False)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return sum(errors) / len(errors)
+
+
+def _activation_rows() -> list[dict]:
+    from ..actquant import input_absmax, outlier_ratio, plant_activation_outliers, quantize_activations
+
+    seq_len = CALIBRATION["seq_len"]
+    trained, tokenizer = smallmodel.load("tiny-llama")
+    held = smallmodel.encode(tokenizer, smallmodel.heldout_text())
+    calibration = smallmodel.calibration_batch(smallmodel.encode(tokenizer, smallmodel.calibration_text()),
+                                               CALIBRATION["n_calibration"], seq_len, CALIBRATION["seed"])
+    windows = held[: 8 * seq_len].view(8, seq_len)
+    rows = []
+    for label, model in (("trained", trained), ("planted", plant_activation_outliers(trained, **PLANTED))):
+        absmax = input_absmax(model, calibration)
+        for scheme in ACTIVATION_ROWS:
+            quantized = quantize_activations(model, scheme,
+                                             calibration=calibration if scheme == "smoothquant" else None)
+            rows.append({"model": label, "scheme": scheme,
+                         "perplexity": round(smallmodel.perplexity(quantized, held, seq_len), 4),
+                         "layer_error": round(_layer_output_error(model, quantized, windows), 6),
+                         "outlier_ratio_q_proj": round(outlier_ratio(absmax["model.layers.0.self_attn.q_proj"]), 3),
+                         "outlier_columns": {n: m.outlier_columns for n, m in quantized.named_modules()
+                                             if hasattr(m, "outlier_columns") and ".layers.0." in n}})
+    return rows
+
+
 def refresh() -> list[Path]:
     """Recompute every experiment the book shows and rewrite its file (the only writer)."""
     global _refreshing
@@ -250,6 +374,8 @@ def refresh() -> list[Path]:
         perplexity_table()
         perplexity_table(LOW_BIT_ROWS, name="perplexity-low-bits")
         layer_errors()
+        kv_cache_table()
+        activation_table()
     finally:
         _refreshing = False
     return sorted(DIRECTORY.glob("*.json"))
@@ -263,7 +389,8 @@ def shipped() -> dict[str, bool]:
 def _book_settings() -> dict[str, dict]:
     """The settings of every result the book shows, by experiment."""
     return {"perplexity-table": _table_settings(TABLE_ROWS), "perplexity-low-bits": _table_settings(LOW_BIT_ROWS),
-            "layer-errors": _error_settings(4, 128)}
+            "layer-errors": _error_settings(4, 128),
+            "kv-cache-table": _kv_settings(), "activation-table": _activation_settings()}
 
 
 def main(argv: list[str] | None = None) -> int:

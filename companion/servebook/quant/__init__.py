@@ -26,7 +26,10 @@ Three arithmetic paths, chosen by the types you pass:
   ``0.35 * (1 / 0.1) == 3.5`` (round-half-up: 4).  Use the exact path for hand
   calculations.
 - **torch** -- torch tensors, in their dtype and on their device, same
-  arithmetic as the float path.  CPU tensors run the numpy kernels on their own
+  arithmetic as the float path.  16-bit inputs (float16, bfloat16, numpy's
+  float16 too) are computed in float32, as PyTorch's fake-quantize kernels do:
+  float32 scales, codes from float32 products, only fake-quantized values
+  rounded back to 16 bits.  CPU tensors run the numpy kernels on their own
   memory (no copy); other devices, and bfloat16, use torch's operations.  No autograd.
 
 Rounding is always named: :attr:`Rounding.HALF_UP` (ties to the larger integer,
@@ -47,7 +50,8 @@ Where each part lives:
 - :mod:`~servebook.quant.affine`: the formulas (``choose_qparams_affine``, ``quantize_affine``, ...);
 - :mod:`~servebook.quant.exact`: the exact path (``Fraction`` arithmetic, ``to_fraction``);
 - :mod:`~servebook.quant.tensors`: whole tensors (``QParams``, ``choose_qparams``, ``quantize``, ...);
-- :mod:`~servebook.quant.packing`: two INT4 codes per byte;
+- :mod:`~servebook.quant.fp8`: FP8 (E4M3, E5M2): scaled, saturated, cast by torch or ml_dtypes;
+- :mod:`~servebook.quant.packing`: two INT4 codes per byte (eight per int32 word);
 - ``_fast``: what exists for speed alone (blocked numpy kernels, views of CPU tensors).
 """
 
@@ -55,6 +59,15 @@ from __future__ import annotations
 
 from .affine import choose_qparams_affine, dequantize_affine, fake_quantize_affine, quantize_affine
 from .exact import to_fraction
+from .fp8 import (
+    FP8Format,
+    choose_fp8_scale,
+    dequantize_fp8,
+    fake_quantize_fp8,
+    fp8_max,
+    fp8_values,
+    quantize_fp8,
+)
 from .grid import (
     DEFAULT_EPS,
     MAX_BITS,
@@ -86,5 +99,7 @@ __all__ = [
     "qrange", "choose_qparams_affine", "quantize_affine", "dequantize_affine", "fake_quantize_affine",
     "choose_qparams", "weight_qparams", "weight_granularity", "WEIGHT_GRANULARITIES", "quantize", "dequantize",
     "fake_quantize", "quantization_error", "relative_error", "error_bound",
-    "pack_int4", "unpack_int4", "round_half_up", "round_half_even", "rounding_function", "to_fraction",
+    "FP8Format", "fp8_max", "fp8_values", "choose_fp8_scale", "quantize_fp8", "dequantize_fp8",
+    "fake_quantize_fp8", "pack_int4", "unpack_int4", "round_half_up", "round_half_even", "rounding_function",
+    "to_fraction",
 ]

@@ -7,12 +7,18 @@
   six passes of the formula (multiply, round, clip, shift, ...), rounding in place into scratch
   buffers allocated once per call.
 - Large outputs are allocated by numpy, whose allocations ask the kernel for huge pages.
+- The blocks of a large tensor are shared among threads, one per CPU core (as torch's own kernels
+  use its intra-op threads): numpy releases the GIL inside each operation, and every element is
+  computed by the same operations whichever thread runs it.
 
 The arithmetic is the formula's, ``clip(round(x * (1 / s)), qmin - z, qmax - z)``, checked
 bit for bit against PyTorch's fake-quantize kernels by the tests.
 """
 
 from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -23,6 +29,26 @@ from .grid import Rounding
 # the L2 cache across the passes, so the big tensor is read once and written once instead of once
 # per pass.
 BLOCK_ELEMENTS = 1 << 16
+
+_CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+THREADS = max(1, min(_CORES, 8))
+_pool: ThreadPoolExecutor | None = None
+
+
+def run_blocks(work, n_rows: int, step: int) -> None:
+    """``work(start, stop)`` over all ``n_rows`` rows, split into one range of whole blocks per thread.
+
+    Small tensors (fewer than two blocks per thread) stay on the calling thread."""
+    global _pool
+    n_blocks = -(-n_rows // step)
+    if THREADS == 1 or n_blocks < 2 * THREADS:
+        work(0, n_rows)
+        return
+    if _pool is None:
+        _pool = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="servebook-quant")
+    chunk = -(-n_blocks // THREADS) * step
+    for future in [_pool.submit(work, start, min(start + chunk, n_rows)) for start in range(0, n_rows, chunk)]:
+        future.result()
 
 
 def code_dtype(qmin, qmax, torch_backend=False):
@@ -79,21 +105,25 @@ def affine_numpy(x, scale, inv_scale, zero_point, qmin, qmax, rounding, out):
     x_blocks, out_blocks, scale, inv_scale, zero_point = _at_least_1d(x, out, scale, inv_scale, zero_point)
     # clip(round(x/s) + z, qmin, qmax) - z == clip(round(x/s), qmin - z, qmax - z): integers, so exact
     low, high = qmin - zero_point, qmax - zero_point
-    buffer = np.empty((min(step, x_blocks.shape[0]),) + x_blocks.shape[1:], dtype=x.dtype)
-    scratch = np.empty_like(buffer) if rounding is Rounding.HALF_UP else None
-    for start in range(0, x_blocks.shape[0], step):
-        rows = slice(start, start + step)
-        xb = x_blocks[rows]
-        v = out_blocks[rows] if fake else buffer[:len(xb)]
-        np.multiply(xb, _rows(inv_scale, rows), out=v)
-        _check_finite_block(xb)
-        round_inplace(v, rounding, None if scratch is None else scratch[:len(xb)])
-        np.clip(v, _rows(low, rows), _rows(high, rows), out=v)
-        if fake:
-            v *= _rows(scale, rows)
-        else:
-            v += _rows(zero_point, rows)
-            out_blocks[rows] = v
+
+    def work(first, last):
+        buffer = np.empty((min(step, last - first),) + x_blocks.shape[1:], dtype=x.dtype)
+        scratch = np.empty_like(buffer) if rounding is Rounding.HALF_UP else None
+        for start in range(first, last, step):
+            rows = slice(start, min(start + step, last))
+            xb = x_blocks[rows]
+            v = out_blocks[rows] if fake else buffer[:len(xb)]
+            np.multiply(xb, _rows(inv_scale, rows), out=v)
+            _check_finite_block(xb)
+            round_inplace(v, rounding, None if scratch is None else scratch[:len(xb)])
+            np.clip(v, _rows(low, rows), _rows(high, rows), out=v)
+            if fake:
+                v *= _rows(scale, rows)
+            else:
+                v += _rows(zero_point, rows)
+                out_blocks[rows] = v
+
+    run_blocks(work, x_blocks.shape[0], step)
     return out
 
 
@@ -101,12 +131,16 @@ def dequantize_numpy(codes, scale, zero_point, out):
     """Fill ``out`` with ``s * (q - z)``, block by block."""
     out_blocks, code_blocks, scale, zero_point = _at_least_1d(out, codes, scale, zero_point)
     step = _block_rows(out_blocks)
-    for start in range(0, out_blocks.shape[0], step):
-        rows = slice(start, start + step)
-        v = out_blocks[rows]
-        v[...] = code_blocks[rows]
-        v -= _rows(zero_point, rows)
-        v *= _rows(scale, rows)
+
+    def work(first, last):
+        for start in range(first, last, step):
+            rows = slice(start, min(start + step, last))
+            v = out_blocks[rows]
+            v[...] = code_blocks[rows]
+            v -= _rows(zero_point, rows)
+            v *= _rows(scale, rows)
+
+    run_blocks(work, out_blocks.shape[0], step)
     return out
 
 

@@ -39,6 +39,14 @@ def as_float_array(x, name):
     return array
 
 
+def is_16_bit(dtype) -> bool:
+    """float16 or bfloat16 (numpy or torch): a dtype the quantizer computes in float32, as torch does."""
+    torch = torch_module()
+    if torch is not None and isinstance(dtype, torch.dtype):
+        return dtype in (torch.float16, torch.bfloat16)
+    return np.dtype(dtype) == np.float16
+
+
 def size(x) -> int:
     return x.numel() if is_tensor(x) else np.size(x)
 

@@ -11,6 +11,11 @@ is ``dequantize_affine(quantize_affine(r))`` in one pass.
 Each checks its arguments, then takes the path the numbers' kind names: exact scalars go to
 :mod:`~servebook.quant.exact`; floats, numpy arrays and torch tensors are computed here as
 ``round(r * (1 / s))``, PyTorch's arithmetic, by the kernels of :mod:`~servebook.quant._fast`.
+
+16-bit inputs (float16, bfloat16) are computed in float32, as PyTorch's fake-quantize kernels
+compute them: the range is exact in float32, the scale is a float32 number (a float16 scale
+would round ``1 / s`` and miss the nearest code; it could not hold a step below 2^-24 or above
+65504), and only a fake-quantized result is rounded back to the input's dtype.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import numpy as np
 
 from ..checks import flag, member, number, positive, whole
 from . import _fast, exact
-from ._kinds import as_float_array, is_integer_array, is_tensor, shape, torch_module
+from ._kinds import as_float_array, is_16_bit, is_integer_array, is_tensor, shape, torch_module
 from .grid import (
     CODE_LIMITS,
     DEFAULT_EPS,
@@ -81,6 +86,8 @@ def choose_qparams_affine(min_val, max_val, bits: int, mapping: Mapping | str = 
     lo = as_float_array(min_val, "min_val")
     hi = as_float_array(max_val, "max_val")
     dtype = np.result_type(lo.dtype, hi.dtype)
+    if is_16_bit(dtype):
+        dtype = np.dtype(np.float32)
     scale, zero_point = _choose_arrays(np, lo.astype(dtype), hi.astype(dtype), qmin, qmax, mapping, eps,
                                        rounding, include_zero, exact_constant)
     if python_scalars:
@@ -96,12 +103,16 @@ def _choose_arrays(xp, lo, hi, qmin, qmax, mapping, eps, rounding, include_zero,
     rnd = rounding_function(rounding)
     if include_zero:
         lo, hi = lo.clip(max=0), hi.clip(min=0)
-    if mapping is Mapping.SYMMETRIC:
-        scale = (xp.maximum(-lo, hi) / qmax).clip(min=eps)
-        zero_point = xp.zeros_like(scale)
-    else:
-        scale = ((hi - lo) / (qmax - qmin)).clip(min=eps)
-        zero_point = (qmin + rnd(-lo / scale)).clip(qmin, qmax)
+    with np.errstate(over="ignore", invalid="ignore"):   # an overflowing range is refused just below
+        if mapping is Mapping.SYMMETRIC:
+            scale = (xp.maximum(-lo, hi) / qmax).clip(min=eps)
+            zero_point = xp.zeros_like(scale)
+        else:
+            scale = ((hi - lo) / (qmax - qmin)).clip(min=eps)
+            zero_point = (qmin + rnd(-lo / scale)).clip(qmin, qmax)
+    if not bool(xp.isfinite(scale).all()):
+        raise ValueError(f"min_val and max_val span more than {lo.dtype} holds: the scale "
+                         f"(max_val - min_val) / {qmax - qmin} overflows to inf")
     if exact_constant:
         # a flat range at a subnormal value keeps the eps floor: 1/|c| would overflow the dtype
         tiny = (np.finfo if xp is np else xp.finfo)(lo.dtype).tiny
@@ -122,6 +133,8 @@ def _choose_torch(min_val, max_val, qmin, qmax, mapping, eps, rounding, include_
     dtype = torch.promote_types(lo.dtype, hi.dtype)
     if not dtype.is_floating_point:
         dtype = torch.get_default_dtype()
+    if is_16_bit(dtype):
+        dtype = torch.float32
     scale, zero_point = _choose_arrays(torch, lo.to(dtype), hi.to(dtype), qmin, qmax, mapping, eps, rounding,
                                        include_zero, exact_constant)
     return scale, zero_point.to(torch.int32)
@@ -191,6 +204,12 @@ def _affine(x, scale, zero_point, qmin, qmax, rounding, fake):
     """The float and torch paths of quantize (``fake=False``: codes) and fake-quantize (``fake=True``)."""
     python_scalar = np.ndim(x) == 0 and not isinstance(x, np.ndarray) and not is_tensor(x)
     x = as_float_array(x, "x")
+    if is_16_bit(x.dtype):   # float32 arithmetic, as torch's kernels; only the snapped values come back 16-bit
+        wide = x.float() if is_tensor(x) else x.astype(np.float32)
+        out = _affine(wide, scale, zero_point, qmin, qmax, rounding, fake)
+        if not fake:
+            return out
+        return out.to(x.dtype) if is_tensor(x) else out.astype(x.dtype)
     if is_tensor(x):
         views = _fast.numpy_views(x, scale, zero_point)
         if views is None:   # not on the CPU, or a dtype numpy lacks: torch's own operations
@@ -254,6 +273,9 @@ def dequantize_affine(codes, scale, zero_point, *, dtype=None):
     if dtype is None:
         scale_dtype = np.asarray(scale).dtype if not isinstance(scale, (Fraction, Decimal, str)) else None
         dtype = scale_dtype if scale_dtype is not None and scale_dtype.kind == "f" else np.float64
+    if is_16_bit(dtype):     # s * (q - z) in float32, rounded once to the 16-bit dtype
+        wide = dequantize_affine(codes, scale, zero_point, dtype=np.float32)
+        return float(wide) if python_scalar else wide.astype(dtype)
     out = np.empty(codes.shape, dtype=dtype)
     scale, _, zero_point = _float_params(out, scale, zero_point)
     _fast.dequantize_numpy(codes, scale, zero_point, out)
@@ -270,6 +292,8 @@ def _dequantize_tensor(codes, scale, zero_point, dtype):
     if views is not None:
         codes_view, scale, zero_point, like_dtype = views
         return _fast.to_tensor(dequantize_affine(codes_view, scale, zero_point, dtype=like_dtype.dtype), like=codes)
+    if is_16_bit(dtype):
+        return _dequantize_tensor(codes, scale, zero_point, torch.float32).to(dtype)
     out = _fast.empty_like(codes, dtype)
     scale, _, zero_point = _float_params(out, scale, zero_point)
     return out.copy_(codes).sub_(zero_point).mul_(scale)

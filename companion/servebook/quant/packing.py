@@ -1,4 +1,16 @@
-"""INT4 packing: two 4-bit codes per byte, in either nibble order."""
+"""INT4 packing: two 4-bit codes per byte, in either nibble order; the one packing of the book.
+
+``pack_int4(codes)`` (``order="low_first"``, the default) puts code ``2i`` in the low nibble of
+byte ``i`` and code ``2i + 1`` in its high nibble.  Read as little-endian int32 words, which is
+how every GPU and x86 CPU reads memory, those bytes are eight codes per word, code ``8j + k`` in
+bits ``4k .. 4k + 3`` of word ``j``: the first code in the lowest bits.  That is, word for word,
+compressed-tensors' ``pack_to_int32(q, 4)`` (``compressors/pack_quantized/helpers.py``, checked
+against 0.17.0 and 0.20.1: element ``k`` of a word shifted left by ``4k``, with the signed codes
+``q`` offset by 8 into 0..15 first), which is the ``pack-quantized`` format vLLM loads, and it is
+what :class:`servebook.qmodel.QuantizedLinear` stores and the book's Triton kernel unpacks.
+:func:`servebook.checkpoint.pack_int32` is this function followed by that view; the tests check
+it against compressed-tensors' own packer.
+"""
 
 from __future__ import annotations
 

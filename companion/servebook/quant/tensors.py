@@ -140,7 +140,8 @@ def weight_granularity(group_size: int | str | None, *, allow_none: bool = True)
 
 
 def weight_qparams(weight, bits: int, group_size: int | str | None = None,
-                   mapping: Mapping | str = Mapping.ASYMMETRIC) -> QParams:
+                   mapping: Mapping | str = Mapping.ASYMMETRIC,
+                   rounding: Rounding | str = Rounding.HALF_UP) -> QParams:
     """The grid of a weight matrix ``W`` (out x in) as weight-only quantizers (RTN, GPTQ, AWQ) choose it.
 
     - ``group_size`` an int: groups of ``group_size`` consecutive input features (``axis=-1``);
@@ -151,11 +152,14 @@ def weight_qparams(weight, bits: int, group_size: int | str | None = None,
     ``xmax = max(x.max(), 0)``): the zero point then lies inside the code range and every weight
     is within ``s / 2`` of its grid.  Without it a group whose weights are all positive (or all
     negative) clips its zero point and saturates the weights at the far end of its range.
+    ``rounding`` rounds the zero point, as it then rounds the codes: one convention per model.
     """
     kind, group_size = weight_granularity(group_size)
     if kind == "group":
-        return choose_qparams(weight, bits, mapping, axis=-1, group_size=group_size, include_zero=True)
-    return choose_qparams(weight, bits, mapping, axis=0 if kind == "channel" else None, include_zero=True)
+        return choose_qparams(weight, bits, mapping, axis=-1, group_size=group_size, include_zero=True,
+                              rounding=rounding)
+    return choose_qparams(weight, bits, mapping, axis=0 if kind == "channel" else None, include_zero=True,
+                          rounding=rounding)
 
 
 def _params_view(x, qparams: QParams):
@@ -200,7 +204,8 @@ def dequantize(codes, qparams: QParams, *, dtype=None):
     if not is_tensor(codes):
         codes = np.asarray(codes)
     if size(codes) and is_integer_array(codes):
-        low, high = int(codes.min()), int(codes.max())
+        view = _fast.numpy_view(codes)     # numpy's min/max of small integers are much faster than torch's
+        low, high = (int(codes.min()), int(codes.max())) if view is None else (int(view.min()), int(view.max()))
         if low < qparams.qmin or high > qparams.qmax:
             raise ValueError(f"codes must lie in [{qparams.qmin}, {qparams.qmax}] for {qparams.bits} bits "
                              f"{qparams.mapping.name}, got values in [{low}, {high}]")

@@ -21,7 +21,8 @@ from matplotlib.figure import Figure
 
 from ._style import save
 
-TOPICS = ("kv", "modern", "prefill", "paging", "batching", "quant", "groupwise", "capacity", "parallel", "lab")
+TOPICS = ("kv", "modern", "prefill", "paging", "batching", "quant", "groupwise", "fp8", "capacity", "parallel",
+          "lab")
 
 __all__ = ["TOPICS", "registry", "save", "save_all"]
 

@@ -20,7 +20,7 @@ from . import _style
 GRID = "#b8860b"     # dark gold: representable values (yellow ticks)
 TRUE = _style.WASTE  # red: the true weight
 SNAP = _style.ACCENT  # blue: where it lands
-R_MIN, R_MAX = scenarios.SEED_RANGE
+R_MIN, R_MAX = scenarios.EXAMPLE_RANGE
 
 
 def _grid(r_min: str, r_max: str, bits: int):
@@ -65,7 +65,7 @@ def quant_fence_posts(r_min: str = R_MIN, r_max: str = R_MAX, widths: tuple[int,
     return fig
 
 
-def quant_int4_grid(r_min: str = R_MIN, r_max: str = R_MAX, r: str = scenarios.SEED_WEIGHT) -> Figure:
+def quant_int4_grid(r_min: str = R_MIN, r_max: str = R_MAX, r: str = scenarios.EXAMPLE_WEIGHT) -> Figure:
     """The INT4 grid on [-0.6, 0.9]: 16 ticks a step s = 0.1 apart; 0.35 snaps to 0.4 (seed case C5)."""
     scale, zero_point, codes, values = _grid(r_min, r_max, 4)
     q = quant.quantize_affine(r, scale, zero_point, *quant.qrange(4))
@@ -93,7 +93,7 @@ def quant_int4_grid(r_min: str = R_MIN, r_max: str = R_MAX, r: str = scenarios.S
     return fig
 
 
-def quant_tie_breaking(cases: tuple[tuple[str, str, str], ...] = ((scenarios.SEED_WEIGHT, R_MIN, R_MAX),
+def quant_tie_breaking(cases: tuple[tuple[str, str, str], ...] = ((scenarios.EXAMPLE_WEIGHT, R_MIN, R_MAX),
                                                                   scenarios.BINARY_TIE)) -> Figure:
     """Codes at two ties under each arithmetic and rounding rule: float64 division misses the C5 tie."""
     fig, axes = _style.new_figure(8.0, 3.1, ncols=len(cases))
@@ -151,7 +151,7 @@ def quant_zero_point(r_min: str = R_MIN, r_max: str = R_MAX, bits: int = 4) -> F
     return fig
 
 
-def quant_outlier_clipping(r_min: str = R_MIN, r_max: str = R_MAX, outlier: str = scenarios.SEED_OUTLIER) -> Figure:
+def quant_outlier_clipping(r_min: str = R_MIN, r_max: str = R_MAX, outlier: str = scenarios.EXAMPLE_OUTLIER) -> Figure:
     """An outlier beyond r_max wants a code that does not exist and saturates at the top code (seed case C6)."""
     scale, zero_point, codes, values = _grid(r_min, r_max, 4)
     qmin, qmax = quant.qrange(4)

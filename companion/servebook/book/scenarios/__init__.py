@@ -9,6 +9,7 @@ prompts), the choice is made here once, and the chapter says so.
 
 from __future__ import annotations
 
+from .activations_and_fp8 import FP8_SCHEME, KV_SERVING, KVServingCase
 from .capacity_planning import (
     C9_SEED_WEIGHTS,
     CAPACITY,
@@ -22,9 +23,18 @@ from .capacity_planning import (
 from .choosing_the_lever import LEVER_SCENARIOS, Scenario
 from .continuous_batching import BATCHING_SERVER, BatchingServer, batching_runs, batching_trace
 from .gptq_awq import OUTLIER_KINDS, planted_outliers, relative_error
-from .latency import (LATENCY_CONFIGS, LATENCY_RATES, LATENCY_SLO, ServerConfig, budget_run, chat_trace,
-                      latency_limits, latency_run, latency_sweep)
 from .kv_cache import KV_7B_CLASS, KV_BUDGET, KV_TOY, KVBudget
+from .latency import (
+    LATENCY_CONFIGS,
+    LATENCY_RATES,
+    LATENCY_SLO,
+    ServerConfig,
+    budget_run,
+    chat_trace,
+    latency_limits,
+    latency_run,
+    latency_sweep,
+)
 from .modern_caches import (
     COMPARE_CONTEXT,
     CONTEXT_CAPACITY,
@@ -42,9 +52,12 @@ from .modern_caches import (
 from .paged_attention import BLOCK_SIZE_MIX, PAGED_REQUEST, LengthMix, PagedRequest, chat_sessions, paging_walkthrough
 from .parallelism import BIG_MODEL, NODE_REQUESTS, SPLIT_JOBS, TENSOR_SIZES, BigModel, SplitJob
 from .prefill_decode import MEMORY_BUCKETS, PREFILL_DECODE, MemoryBuckets, RooflineCase
-from .quantization_basics import BINARY_TIE, ERROR_SAMPLES, SEED_OUTLIER, SEED_RANGE, SEED_WEIGHT, UNIT_RANGE
+from .quantization_basics import BINARY_TIE, ERROR_SAMPLES, EXAMPLE_OUTLIER, EXAMPLE_RANGE, EXAMPLE_WEIGHT, UNIT_RANGE
 
 __all__ = [
+    "FP8_SCHEME",
+    "KVServingCase",
+    "KV_SERVING",
     "BATCHING_SERVER",
     "BIG_MODEL",
     "BINARY_TIE",
@@ -81,9 +94,9 @@ __all__ = [
     "PagedRequest",
     "RooflineCase",
     "SEED_BUDGET",
-    "SEED_OUTLIER",
-    "SEED_RANGE",
-    "SEED_WEIGHT",
+    "EXAMPLE_OUTLIER",
+    "EXAMPLE_RANGE",
+    "EXAMPLE_WEIGHT",
     "SPLIT_JOBS",
     "Scenario",
     "SeedBudget",

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-SEED_RANGE = ("-0.6", "0.9")
+EXAMPLE_RANGE = ("-0.6", "0.9")
 """The weights' range of the seeds' worked examples (C5, C6, L3.2): ``r_min``, ``r_max``."""
 
-SEED_WEIGHT = "0.35"
+EXAMPLE_WEIGHT = "0.35"
 """C5's weight inside the range: on the INT4 grid, ``r / s`` is exactly a tie."""
 
-SEED_OUTLIER = "1.4"
+EXAMPLE_OUTLIER = "1.4"
 """C6's outlier, beyond ``r_max``."""
 
 BINARY_TIE = ("0.3125", "-0.75", "1.125")

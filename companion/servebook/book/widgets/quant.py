@@ -16,7 +16,7 @@ from ... import checks, quant
 from ...quant import Mapping, Rounding
 from .. import scenarios, ties
 
-R_MIN, R_MAX = scenarios.SEED_RANGE  # the explorer opens on the seeds' C5 example
+R_MIN, R_MAX = scenarios.EXAMPLE_RANGE  # the explorer opens on the seeds' C5 example
 
 
 def fmt_exact(value: Fraction | int, digits: int = 10) -> str:
@@ -34,7 +34,7 @@ def fmt_exact(value: Fraction | int, digits: int = 10) -> str:
     return f"{value.numerator}/{value.denominator} ≈ {float(value):.{digits}g}"
 
 
-def quant_explorer_rows(r_min: str = R_MIN, r_max: str = R_MAX, bits: int = 4, r: str = scenarios.SEED_WEIGHT,
+def quant_explorer_rows(r_min: str = R_MIN, r_max: str = R_MAX, bits: int = 4, r: str = scenarios.EXAMPLE_WEIGHT,
                         rounding: Rounding | str = Rounding.HALF_UP,
                         mapping: Mapping | str = Mapping.ASYMMETRIC) -> list[tuple[str, str]]:
     """Everything the explorer shows, as (label, value) rows, computed exactly from decimal strings."""
@@ -72,7 +72,7 @@ def quant_explorer_rows(r_min: str = R_MIN, r_max: str = R_MAX, bits: int = 4, r
     return rows
 
 
-def quant_explorer_text(r_min: str = R_MIN, r_max: str = R_MAX, bits: int = 4, r: str = scenarios.SEED_WEIGHT,
+def quant_explorer_text(r_min: str = R_MIN, r_max: str = R_MAX, bits: int = 4, r: str = scenarios.EXAMPLE_WEIGHT,
                         rounding: Rounding | str = Rounding.HALF_UP,
                         mapping: Mapping | str = Mapping.ASYMMETRIC) -> str:
     """The explorer's text: the rows of :func:`quant_explorer_rows`, one per line, labels aligned."""
@@ -80,7 +80,7 @@ def quant_explorer_text(r_min: str = R_MIN, r_max: str = R_MAX, bits: int = 4, r
     return "\n".join(f"{label:<11} {value}" for label, value in rows)
 
 
-def quant_explorer(r_min: str = R_MIN, r_max: str = R_MAX, bits: int = 4, r: str = scenarios.SEED_WEIGHT,
+def quant_explorer(r_min: str = R_MIN, r_max: str = R_MAX, bits: int = 4, r: str = scenarios.EXAMPLE_WEIGHT,
                    rounding: str = "half_up", mapping: str = "asymmetric"):
     """The interactive explorer (ipywidgets): type a range and a value, pick bits and rounding.
 

@@ -1,0 +1,52 @@
+"""Set-ups of the chapter on activations, the KV cache and FP8: one serving case, the FP8 scheme of the
+roofline, and the keys and values of the book's small model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ... import gpus, memory, models
+from ...roofline import Scheme
+
+FP8_SCHEME = Scheme("W8A8-FP8", "fp8", "fp8")
+"""FP8 weights and activations, matmuls on the FP8 tensor cores (a roofline scheme, beside W8A8's INT8)."""
+
+
+@dataclass(frozen=True)
+class KVServingCase:
+    """A model on a GPU serving requests of ``context`` tokens: how many fit under each KV-cache scheme."""
+
+    model: str = "llama-3.1-8b"
+    gpu: str = "h100-sxm"
+    context: int = 32_768
+    weights_dtype: str = "fp16"
+    gpu_fraction: float = 0.92          # vLLM 0.33.0's gpu_memory_utilization default, of total memory
+
+    @property
+    def spec(self):
+        return models.get(self.model)
+
+    @property
+    def device(self):
+        return gpus.get(self.gpu)
+
+    @property
+    def title(self) -> str:
+        return f"{self.spec.display_name} on {self.device.display_name}"
+
+    def budget(self) -> int:
+        return int(self.device.memory * self.gpu_fraction)
+
+    def per_request(self, scheme: str) -> int:
+        from ...kvquant import kv_bytes_per_token
+
+        return kv_bytes_per_token(self.spec, scheme) * self.context
+
+    def plan(self, scheme: str) -> memory.CapacityPlan:
+        """The capacity plan (weights, KV pool, requests that fit) with the KV cache in ``scheme``."""
+        weights = memory.model_weight_bytes(self.spec, self.weights_dtype)
+        return memory.capacity_plan(self.budget(), weights, self.per_request(scheme))
+
+
+KV_SERVING = KVServingCase()
+"""Llama-3.1-8B in BF16 on one H100 SXM, requests of 32K tokens: the chapter's KV-cache capacity case."""

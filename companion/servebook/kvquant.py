@@ -1,0 +1,201 @@
+"""Quantizing the KV cache: vLLM 0.33.0's ``--kv-cache-dtype`` schemes and KIVI, as fake quantization.
+
+Each scheme says how a key or value tensor of shape (batch, kv_heads, tokens, head_dim), the
+layout of a Hugging Face cache, is stored and read back:
+
+- ``fp8`` / ``fp8_e5m2``: one FP8 number per element, one scale per tensor for K and one for V
+  (``k_scale``, ``v_scale``); vLLM 0.33.0 sets both to 1.0 when the checkpoint carries none
+  (``model_executor/layers/attention/attention.py``), so the values are cast as they are.
+- ``fp8_per_token_head``, ``int8_per_token_head``: one scale per token and head,
+  ``max(absmax / qmax, 1e-6)``, symmetric (vLLM's ``triton_reshape_and_cache_flash.py``; INT8
+  rounds half away from zero and clamps to -128..127).
+- ``int4_per_token_head``: a randomized Hadamard rotation of each head vector, then asymmetric
+  INT4 per token and head, ``s = max((max - min) / 15, 1e-6)`` (``int4_per_token_head.py``; vLLM
+  hides the zero point in the low bits of the FP32 scale, so it costs no bytes).
+- ``kivi4``, ``kivi2``: KIVI [Liu et al., 2024]: keys per *channel* (one grid per channel over each
+  group of ``group`` tokens, because key outliers sit in fixed channels), values per *token*
+  (one grid per group of ``group`` channels of a token); the newest tokens that do not yet fill
+  a group stay in 16-bit, KIVI's residual.
+
+:func:`quantized_cache` applies a scheme to a model's cache during generation: it stores
+the 16-bit keys and values and hands attention what the quantized cache would hold.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from . import memory, models
+from .checks import choice, whole
+from .quant import Mapping, Rounding, choose_qparams, fake_quantize
+from .quant.fp8 import FP8Format, fake_quantize_fp8, fp8_max
+
+__all__ = ["SCHEMES", "KVScheme", "scheme", "fake_quantize_kv", "quantized_cache", "calibrated_scales",
+           "kv_bytes_per_token",
+           "attention_error", "hadamard"]
+
+PER_TOKEN_HEAD_FLOOR = 1e-6   # vLLM's floor on a per-(token, head) scale
+
+
+@dataclass(frozen=True)
+class KVScheme:
+    """How one scheme stores K and V: bits per element, scale bytes per (token, head), and its rule."""
+
+    name: str
+    bits: int
+    scale_bytes_per_token_head: int    # per K or V vector of one head of one token
+    description: str
+    group: int = 32                    # KIVI's token (keys) and channel (values) group
+
+
+SCHEMES = {s.name: s for s in (
+    KVScheme("auto", 16, 0, "16-bit, unquantized (vLLM's default: the model's dtype)"),
+    KVScheme("fp8", 8, 0, "FP8 E4M3, one scale per tensor (1.0 unless calibrated)"),
+    KVScheme("fp8_e5m2", 8, 0, "FP8 E5M2, one scale per tensor (1.0)"),
+    KVScheme("fp8_per_token_head", 8, 4, "FP8 E4M3, an FP32 scale per token and head"),
+    KVScheme("int8_per_token_head", 8, 4, "INT8 symmetric, an FP32 scale per token and head"),
+    KVScheme("int4_per_token_head", 4, 4, "Hadamard rotation, INT4 asymmetric per token and head"),
+    KVScheme("kivi4", 4, 0, "KIVI: INT4 keys per channel, values per token, groups of 32"),
+    KVScheme("kivi2", 2, 0, "KIVI: INT2 keys per channel, values per token, groups of 32"),
+)}
+
+
+def scheme(name: str) -> KVScheme:
+    """The :class:`KVScheme` called ``name`` (one of :data:`SCHEMES`)."""
+    return SCHEMES[choice("scheme", name, SCHEMES)]
+
+
+def hadamard(n: int, seed: int = 0) -> torch.Tensor:
+    """An orthonormal randomized Hadamard matrix ``H D / sqrt(n)`` (n a power of two, D random signs)."""
+    n = whole("n", n)
+    if n & (n - 1):
+        raise ValueError(f"n must be a power of two for a Hadamard matrix, got {n}")
+    h = torch.ones(1, 1, dtype=torch.float64)
+    while h.shape[0] < n:
+        h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
+    signs = torch.randint(0, 2, (n,), generator=torch.Generator().manual_seed(seed)) * 2 - 1
+    return (h * signs / math.sqrt(n)).float()
+
+
+def _per_token_head(x: torch.Tensor, qmax: float, fp8: bool) -> torch.Tensor:
+    scale = (x.abs().amax(dim=-1, keepdim=True) / qmax).clamp(min=PER_TOKEN_HEAD_FLOOR)
+    if fp8:
+        return fake_quantize_fp8(x, scale, FP8Format.E4M3)
+    v = x.float() * (1.0 / scale)
+    v = torch.where(v >= 0, torch.floor(v + 0.5), torch.ceil(v - 0.5)).clamp(-128, 127)   # half away from 0
+    return (v * scale).to(x.dtype)
+
+
+def _int4_rotated(x: torch.Tensor) -> torch.Tensor:
+    h = hadamard(x.shape[-1]).to(x.device)
+    r = x.float() @ h
+    lo, hi = r.amin(dim=-1, keepdim=True), r.amax(dim=-1, keepdim=True)
+    scale = ((hi - lo) / 15).clamp(min=PER_TOKEN_HEAD_FLOOR)
+    z = -lo / scale
+    z = torch.where(z >= 0, torch.floor(z + 0.5), torch.ceil(z - 0.5)).clamp(0, 15)
+    q = (torch.floor(r * (1.0 / scale) + z + 0.5)).clamp(0, 15)
+    return (((q - z) * scale) @ h.T).to(x.dtype)
+
+
+def _kivi(x: torch.Tensor, bits: int, group: int, keys: bool) -> torch.Tensor:
+    """Keys: a grid per channel over each group of ``group`` tokens; values: per token, groups of channels.
+    The last tokens that do not fill a group stay as they are (KIVI's full-precision residual)."""
+    tokens = x.shape[-2]
+    full = tokens - tokens % group if keys else tokens
+    out = x.clone()
+    if full == 0:
+        return out
+    part = x[..., :full, :].float()
+    if keys:   # (..., tokens, d) -> (..., d, tokens): groups run along the tokens
+        part = part.transpose(-1, -2)
+    qp = choose_qparams(part, bits, Mapping.ASYMMETRIC, axis=-1, group_size=group, rounding=Rounding.HALF_EVEN)
+    fake = fake_quantize(part, qp, Rounding.HALF_EVEN)
+    out[..., :full, :] = (fake.transpose(-1, -2) if keys else fake).to(x.dtype)
+    return out
+
+
+def fake_quantize_kv(keys: torch.Tensor, values: torch.Tensor, name: str, *, k_scale: float = 1.0,
+                     v_scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """What a cache of scheme ``name`` hands attention for ``keys``, ``values`` (..., tokens, head_dim)."""
+    kv = scheme(name)
+    for label, t in (("keys", keys), ("values", values)):
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.ndim < 2:
+            raise TypeError(f"{label} must be a floating tensor (..., tokens, head_dim)")
+    if kv.name == "auto":
+        return keys, values
+    if kv.name in ("fp8", "fp8_e5m2"):
+        fmt = FP8Format.E4M3 if kv.name == "fp8" else FP8Format.E5M2
+        return fake_quantize_fp8(keys, k_scale, fmt), fake_quantize_fp8(values, v_scale, fmt)
+    if kv.name == "fp8_per_token_head":
+        top = fp8_max(FP8Format.E4M3)
+        return _per_token_head(keys, top, True), _per_token_head(values, top, True)
+    if kv.name == "int8_per_token_head":
+        return _per_token_head(keys, 127.0, False), _per_token_head(values, 127.0, False)
+    if kv.name == "int4_per_token_head":
+        return _int4_rotated(keys), _int4_rotated(values)
+    return _kivi(keys, kv.bits, kv.group, True), _kivi(values, kv.bits, kv.group, False)
+
+
+def calibrated_scales(keys: torch.Tensor, values: torch.Tensor) -> tuple[float, float]:
+    """Per-tensor FP8 ``k_scale``, ``v_scale`` = absmax / 448: what a calibrated checkpoint carries."""
+    top = fp8_max(FP8Format.E4M3)
+    return float(keys.abs().max()) / top, float(values.abs().max()) / top
+
+
+def kv_bytes_per_token(model, name: str) -> int:
+    """Bytes one token adds to the KV cache of ``model`` (all layers, K and V) under scheme ``name``,
+    codes plus per-(token, head) scales.  KIVI's per-group scales and zero points (two FP16 numbers
+    per group of 32) are counted as well."""
+    spec = models.resolve(model)
+    kv = scheme(name)
+    vectors = 2 * spec.n_layers * spec.n_kv_heads        # one K and one V vector per head per layer
+    codes = vectors * spec.head_dim * kv.bits
+    if kv.name.startswith("kivi"):
+        return math.ceil((codes + vectors * spec.head_dim * 32 / kv.group) / 8)
+    if kv.name == "auto":
+        return memory.kv_bytes_per_token(spec, "fp16")
+    return math.ceil(codes / 8) + vectors * kv.scale_bytes_per_token_head
+
+
+def attention_error(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, name: str, *, k_scale: float = 1.0,
+                    v_scale: float = 1.0) -> float:
+    """Relative error ``||A(q, K_hat, V_hat) - A(q, K, V)|| / ||A(q, K, V)||`` of causal attention outputs
+    (``q``, ``k``, ``v``: batch x heads x tokens x head_dim, as many query heads as key heads)."""
+    k_hat, v_hat = fake_quantize_kv(k, v, name, k_scale=k_scale, v_scale=v_scale)
+    exact = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True)
+    approx = torch.nn.functional.scaled_dot_product_attention(q.float(), k_hat.float(), v_hat.float(),
+                                                              is_causal=True)
+    return float((approx - exact).norm() / exact.norm())
+
+
+_CACHE_CLASS = None
+
+
+def quantized_cache(name: str, k_scales=None, v_scales=None):
+    """A Hugging Face ``DynamicCache`` whose ``update`` hands attention the quantized keys and values.
+
+    Pass it as the model's cache (``cache=`` from transformers 5.24 on, ``past_key_values=`` before;
+    :func:`servebook.smallmodel.perplexity` picks the keyword).  It keeps the 16-bit tensors and
+    quantizes the whole cache on every read, which is what a quantized cache holds: per-token
+    schemes quantize each token once and for all, KIVI's keys are grouped over 32 tokens as soon
+    as a group is full.  ``k_scales`` / ``v_scales`` (one per layer) are the per-tensor FP8 scales;
+    1.0 when omitted, as in vLLM.
+    """
+    global _CACHE_CLASS
+    if _CACHE_CLASS is None:   # transformers is imported only when a cache is asked for
+        from transformers import DynamicCache
+
+        class QuantizedKVCache(DynamicCache):
+            def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+                keys, values = super().update(key_states, value_states, layer_idx, *args, **kwargs)
+                k_scale = 1.0 if self.k_scales is None else float(self.k_scales[layer_idx])
+                v_scale = 1.0 if self.v_scales is None else float(self.v_scales[layer_idx])
+                return fake_quantize_kv(keys, values, self.scheme, k_scale=k_scale, v_scale=v_scale)
+
+        _CACHE_CLASS = QuantizedKVCache
+    cache = _CACHE_CLASS()
+    cache.scheme, cache.k_scales, cache.v_scales = scheme(name).name, k_scales, v_scales
+    return cache

@@ -1,0 +1,110 @@
+"""KV-cache quantization: vLLM 0.33.0's schemes and KIVI, their bytes, and the cache during generation."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import pytest
+import torch
+
+from servebook import kvquant, memory, models, quant, smallmodel
+
+
+def _kv(seed=0, tokens=64, heads=2, head_dim=64):
+    gen = torch.Generator().manual_seed(seed)
+    k = torch.randn(1, heads, tokens, head_dim, generator=gen)
+    k[..., 3] *= 8                       # a key outlier channel, as KIVI observed
+    return torch.randn(1, heads, tokens, head_dim, generator=gen), k, torch.randn(1, heads, tokens, head_dim,
+                                                                                  generator=gen)
+
+
+def test_per_token_head_schemes_follow_vllms_formulas():
+    _, k, v = _kv()
+    k8, _ = kvquant.fake_quantize_kv(k, v, "int8_per_token_head")
+    scale = (k.abs().amax(-1, keepdim=True) / 127).clamp(min=1e-6)
+    codes = torch.round(k * (1 / scale))     # half away from zero and half even agree off exact ties
+    assert torch.allclose(k8, codes * scale, atol=0, rtol=1e-6)
+    kf, _ = kvquant.fake_quantize_kv(k, v, "fp8_per_token_head")
+    expected = quant.fake_quantize_fp8(k, (k.abs().amax(-1, keepdim=True) / 448).clamp(min=1e-6))
+    assert torch.equal(kf, expected)
+
+
+def test_fp8_per_tensor_uses_scale_one_unless_given():
+    _, k, v = _kv()
+    k1, v1 = kvquant.fake_quantize_kv(k, v, "fp8")
+    assert torch.equal(k1, k.to(torch.float8_e4m3fn).float()) and torch.equal(v1, v.to(torch.float8_e4m3fn).float())
+    k_scale, v_scale = kvquant.calibrated_scales(k, v)
+    kc, _ = kvquant.fake_quantize_kv(k, v, "fp8", k_scale=k_scale, v_scale=v_scale)
+    assert float(kc.abs().max()) == pytest.approx(float(k.abs().max()), rel=2**-4)
+
+
+def test_the_hadamard_rotation_is_orthonormal_so_int4_keeps_attention_scores():
+    h = kvquant.hadamard(64)
+    assert torch.allclose(h @ h.T, torch.eye(64), atol=1e-6)
+    q, k, v = _kv()
+    plain = kvquant.attention_error(q, k, v, "kivi4")
+    assert kvquant.attention_error(q, k, v, "int4_per_token_head") < 0.2 and plain < 0.2
+
+
+def test_kivi_keeps_the_unfilled_last_group_and_quantizes_keys_per_channel():
+    _, k, v = _kv(tokens=40)
+    k4, v4 = kvquant.fake_quantize_kv(k, v, "kivi4")
+    assert torch.equal(k4[..., 32:, :], k[..., 32:, :])                  # residual: 8 tokens in 16 bits
+    assert not torch.equal(v4[..., 32:, :], v[..., 32:, :])              # values are per token: all quantized
+    # per channel over the 32 tokens of the group: each channel's error is within half its own step
+    group = k[..., :32, :]
+    step = (group.amax(-2, keepdim=True) - group.amin(-2, keepdim=True)) / 15
+    assert bool(((k4[..., :32, :] - group).abs() <= step / 2 * (1 + 1e-5)).all())
+
+
+def test_errors_order_by_bits():
+    q, k, v = _kv()
+    errors = {name: kvquant.attention_error(q, k, v, name) for name in kvquant.SCHEMES}
+    assert errors["auto"] == 0
+    assert errors["int8_per_token_head"] < errors["fp8_per_token_head"] < errors["int4_per_token_head"]
+    assert errors["kivi4"] < errors["kivi2"]
+
+
+def test_bytes_per_token_against_the_memory_module():
+    spec = models.get("llama-2-13b")
+    assert kvquant.kv_bytes_per_token(spec, "auto") == memory.kv_bytes_per_token(spec, "fp16")
+    assert kvquant.kv_bytes_per_token(spec, "fp8") == memory.kv_bytes_per_token(spec, "fp8")
+    heads = 2 * spec.n_layers * spec.n_kv_heads
+    assert kvquant.kv_bytes_per_token(spec, "int8_per_token_head") == memory.kv_bytes_per_token(spec, "int8") \
+        + 4 * heads
+    assert kvquant.kv_bytes_per_token(spec, "int4_per_token_head") == memory.kv_bytes_per_token(spec, "int4") \
+        + 4 * heads
+    # KIVI-2: 2 bits a number plus an FP16 scale and zero point per group of 32
+    assert kvquant.kv_bytes_per_token(spec, "kivi2") == heads * spec.head_dim * (2 + 1) // 8
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    model, tokenizer = smallmodel.load("tiny-llama")
+    return model, smallmodel.encode(tokenizer, smallmodel.heldout_text())
+
+
+def test_the_cache_changes_perplexity_as_little_as_its_bits_suggest(tiny):
+    model, ids = tiny
+    ppl = {name: smallmodel.perplexity(model, ids, max_windows=8, cache=partial(kvquant.quantized_cache, name))
+           for name in ("auto", "fp8", "int4_per_token_head", "kivi2")}
+    assert ppl["auto"] == pytest.approx(smallmodel.perplexity(model, ids, max_windows=8), rel=1e-5)
+    assert abs(ppl["fp8"] / ppl["auto"] - 1) < 0.01
+    assert ppl["auto"] < ppl["int4_per_token_head"] < ppl["kivi2"]
+
+
+def test_generation_reads_the_quantized_cache(tiny):
+    model, ids = tiny
+    prompt = ids[:20].unsqueeze(0)
+    keyword = smallmodel.cache_keyword(model)
+    cache = kvquant.quantized_cache("kivi2")
+    with torch.no_grad():
+        out = model(input_ids=prompt, use_cache=True, **{keyword: cache})
+        step = model(input_ids=out.logits[:, -1:].argmax(-1), use_cache=True, **{keyword: cache})
+    assert step.logits.shape[1] == 1 and cache.get_seq_length() == 21
+
+
+def test_bad_cache_argument_is_refused(tiny):
+    model, ids = tiny
+    with pytest.raises(TypeError, match="cache must be a function"):
+        smallmodel.perplexity(model, ids, max_windows=1, cache=kvquant.quantized_cache("fp8"))
