@@ -68,7 +68,7 @@ def quant_explorer_rows(r_min: str = R_MIN, r_max: str = R_MAX, bits: int = 4, r
     q64, naive = ties.float64_codes(value, r_min, r_max, bits, rounding, mapping)
     agree = q64 == q and naive == q
     rows.append(("float64", f"q = {q64} via r * (1/s), q = {naive} via r / s"
-                            + ("" if agree else f"  <- float arithmetic misses the exact answer {q}")))
+                            + ("" if agree else f"  <- misses the exact {q}")))
     return rows
 
 
