@@ -485,7 +485,7 @@ def test_explorer_text_shows_the_seed_answers():
     assert rows["scale"].endswith("= 0.1") and rows["zero point"].startswith("z = 6")
     assert rows["code"] == "q = 10" and rows["r_hat"].endswith("= 0.4")
     assert rows["error"] == "|r - r_hat| = 0.05; bound s/2 = 0.05"
-    assert "q = 9 via r / s" in rows["float64"] and "misses the exact answer 10" in rows["float64"]
+    assert "q = 9 via r / s" in rows["float64"] and "misses the exact 10" in rows["float64"]
     outlier = dict(explorer.quant_explorer_rows(r="1.4"))
     assert outlier["code"] == "q = 15 (wanted 20: saturated, never wrapped)"
     assert outlier["error"].endswith("10 x the bound")
