@@ -28,10 +28,6 @@ def test_the_check_sees_a_definition():
     assert definitions("x = 1\nif x:\n    def f():\n        return x\nclass C: pass\ng = lambda: 2") == ["C", "f"]
 
 
-# First-edition code not yet rewrapped to the page's width (the reader's-edition issue lists it).
-WIDE_CODE = {"chapters/paged-attention.qmd", "chapters/continuous-batching.qmd", "chapters/quantization-basics.qmd",
-             "chapters/choosing-the-lever.qmd", "exercises/paged-attention.qmd", "exercises/continuous-batching.qmd",
-             "exercises/quantization-basics.qmd", "exercises/choosing-the-lever.qmd"}
 SHOWN_WIDTH = 79  # the page holds about 75 columns; a few more wrap without breaking an expression
 
 
@@ -41,9 +37,7 @@ def shown_code(text: str) -> list[str]:
             for line in cell.splitlines() if not line.startswith("#|")]
 
 
-@pytest.mark.parametrize("page", [pytest.param(p, marks=[pytest.mark.xfail(reason="not yet rewrapped", strict=True)]
-                                               if str(p.relative_to(ROOT)) in WIDE_CODE else [],
-                                               id=str(p.relative_to(ROOT))) for p in PAGES])
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_shown_code_fits_the_page(page):
     wide = [line for line in shown_code(page.read_text(encoding="utf-8")) if len(line) > SHOWN_WIDTH]
     assert not wide, f"{page.name}: {len(wide)} shown code lines wider than {SHOWN_WIDTH} columns: {wide[:3]}"
