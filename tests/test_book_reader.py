@@ -21,8 +21,7 @@ REGISTRY_ID = re.compile(r"(?<![\w./-])(" + "|".join(
 FENCED = re.compile(r"^```.*?^```", re.M | re.S)   # code cells and shown code alike
 CAPTION_OPTIONS = ("fig-cap", "tbl-cap", "fig-alt")
 
-# The API reference's text is the package's docstrings, which may name the source documents' cases.
-BEING_REWRITTEN = {"appendices/api-reference.qmd"}
+BEING_REWRITTEN: set[str] = set()
 
 
 def reader_text(page_source: str) -> list[str]:

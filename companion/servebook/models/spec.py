@@ -278,7 +278,7 @@ class ModelSpec:
     def kv_dim(self) -> int:
         """Width of the stored K (or V) vector per token per layer: n_kv_heads * head_dim.
 
-        For MHA this is d_model, the seeds' formula; GQA and MQA shrink it.
+        For MHA this is d_model, the KV-cache chapter's formula; GQA and MQA shrink it.
         For MLA it is the one vector stored (latent + rope key), which is not
         doubled: use :attr:`cached_width` for what a layer stores.
         """

@@ -41,7 +41,7 @@ A flat range (``r_min == r_max``) has no step.  Three conventions, all here:
 the floor ``s = max(s, eps)`` (``DEFAULT_EPS`` is PyTorch's observer default,
 2**-23); storing the constant exactly (``exact_constant=True``, the default); and
 widening the range to contain 0 first (``include_zero=True``, what PyTorch's
-observers and ONNX Runtime do, off by default to match the seeds' hand calculations;
+observers and ONNX Runtime do, off by default to match the book's hand calculations;
 :func:`weight_qparams`, the grid of RTN, GPTQ and AWQ, always turns it on).
 
 Where each part lives:

@@ -62,7 +62,7 @@ def choose_qparams_affine(min_val, max_val, bits: int, mapping: Mapping | str = 
     ``eps`` floors the scale, ``s = max(s, eps)``, so a flat range never divides by zero.
     ``exact_constant`` (default on) stores a flat range ``r_min == r_max == c`` exactly instead:
     ``s = |c|`` and ``z`` chosen so that ``c`` is one code away from ``z`` (``s = 1, z = 0`` for
-    ``c = 0``); switch it off to see the bare epsilon floor of the seeds' hand calculation.
+    ``c = 0``); switch it off to see the bare epsilon floor of the book's hand calculation.
     ``include_zero`` widens the range to contain 0 first, as PyTorch's observers and ONNX Runtime
     do; it makes real 0 a code exactly and keeps ``z`` inside ``[qmin, qmax]``.  Without it, a
     range that does not contain 0 clips ``z`` and every value beyond the clipped grid saturates.

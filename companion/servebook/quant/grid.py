@@ -23,7 +23,7 @@ __all__ = ["DEFAULT_EPS", "MIN_BITS", "MAX_BITS", "Mapping", "Rounding", "qrange
            "round_half_even", "rounding_function"]
 
 # The floor on the scale.  PyTorch's observers default to float32's machine
-# epsilon, torch.finfo(torch.float32).eps == 2**-23; the seeds' 2**-12 is not a default.
+# epsilon, torch.finfo(torch.float32).eps == 2**-23; the often-quoted 2**-12 is not a default.
 DEFAULT_EPS = 2.0**-23
 
 MIN_BITS, MAX_BITS = 1, 16

@@ -1,4 +1,4 @@
-"""Chapter 07's scenarios: one GPU's budget in users, and the seeds' 13B model in decimal units."""
+"""Chapter 07's scenarios: one GPU's budget in users, and the worked examples' 13B model in decimal units."""
 
 from __future__ import annotations
 

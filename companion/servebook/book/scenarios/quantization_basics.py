@@ -1,9 +1,9 @@
-"""Chapter 05's scenarios: the seeds' quantization examples, as decimal strings so that they compute exactly."""
+"""Chapter 05's scenarios: the quantization examples, as decimal strings so that they compute exactly."""
 
 from __future__ import annotations
 
 EXAMPLE_RANGE = ("-0.6", "0.9")
-"""The weights' range of the seeds' worked examples (C5, C6, L3.2): ``r_min``, ``r_max``."""
+"""The weights' range of the chapter's worked examples 1 and 2 and exercise 1: ``r_min``, ``r_max``."""
 
 EXAMPLE_WEIGHT = "0.35"
 """C5's weight inside the range: on the INT4 grid, ``r / s`` is exactly a tie."""

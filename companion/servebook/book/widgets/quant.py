@@ -16,7 +16,7 @@ from ... import checks, quant
 from ...quant import Mapping, Rounding
 from .. import scenarios, ties
 
-R_MIN, R_MAX = scenarios.EXAMPLE_RANGE  # the explorer opens on the seeds' C5 example
+R_MIN, R_MAX = scenarios.EXAMPLE_RANGE  # the explorer opens on worked example 1
 
 
 def fmt_exact(value: Fraction | int, digits: int = 10) -> str:
