@@ -14,9 +14,9 @@ __all__ = ["WIDTH", "cell", "pairs", "table", "wrap"]
 WIDTH = 75  # what a terminal and the book's page both hold
 
 
-def wrap(text: str, first: str = "", later: str = "  ") -> list[str]:
-    """``text`` as lines of at most :data:`WIDTH` columns, the first indented by ``first``, the rest by ``later``."""
-    return textwrap.wrap(text, WIDTH, initial_indent=first, subsequent_indent=later, break_on_hyphens=False)
+def wrap(text: str, first: str = "", later: str = "  ", width: int = WIDTH) -> list[str]:
+    """``text`` as lines of at most ``width`` columns, the first indented by ``first``, the rest by ``later``."""
+    return textwrap.wrap(text, width, initial_indent=first, subsequent_indent=later, break_on_hyphens=False)
 
 
 def pairs(rows: list[tuple[str, str]]) -> str:

@@ -7,10 +7,10 @@ so "3.125 GiB", "12.5%" and "+0.4%" look the same on every page.
 from __future__ import annotations
 
 import re
-import textwrap
 from collections.abc import Sequence
 
 from .. import checks
+from .. import text as plain
 from ..units import fmt_both, fmt_bytes
 
 __all__ = ["WIDTH", "size", "both", "pct", "change", "num", "table", "wrap"]
@@ -62,7 +62,7 @@ def table(header: Sequence[str], rows: Sequence[Sequence[object]], align: str | 
 def wrap(text: str, width: int = WIDTH, indent: str = "") -> str:
     """``text`` broken at spaces into lines of at most ``width`` columns, later lines indented by ``indent``."""
     width = checks.whole("width", width, minimum=len(indent) + 1)
-    return "\n".join(textwrap.wrap(text, width=width, subsequent_indent=indent, break_on_hyphens=False))
+    return "\n".join(plain.wrap(text, later=indent, width=width))
 
 
 _LABEL = re.compile(r"^\S.*?\s{2,}(?=\S)")  # "plan         ": a label and the spaces that align its value
