@@ -18,7 +18,10 @@ Run from the repository root:  python benchmarks/bench_scheduler.py [--repeats 5
 
 2. Simulator: :func:`servebook.batching.simulate` on
    ``sample_trace(n, seed=0, arrival_rate=50)`` over 768 blocks of 16 with the
-   step model (latency records included), prefix caching off and on.
+   step model (latency records included), prefix caching off and on, with its
+   decode cohort and, as the reference, with the same loop visiting every
+   running request every step (``simulator.LAZY_DECODES = False``; the tests
+   check that both give every record the same).
 
 Contenders are interleaved (A, B, A, B, ...) and repeated; each line gives the
 median CPU time of this process (``time.process_time``, so other jobs on a
@@ -36,9 +39,10 @@ from array import array
 from collections import deque
 
 from servebook import batching, roofline
+from servebook.batching import simulator
 from servebook.paging import PagedAllocator
 
-ADMIT, APPEND, FREE = range(3)
+ADMIT, APPEND, FREE, GROW, WRITE = range(5)
 BLOCK_SIZE = 16
 
 
@@ -141,6 +145,45 @@ def record_calls(n_requests: int, num_blocks: int = 768, seed: int = 0) -> list[
     return calls
 
 
+def by_blocks(calls: list[tuple], caching: bool = True) -> tuple[list[tuple], dict[int, list[int]]]:
+    """The same calls as the simulator's decode cohort makes them, and each sequence's stream.
+
+    A decoded token costs nothing until it starts a block (the block is taken:
+    ``GROW``) or, with prefix caching, fills one (written and hashed then:
+    ``WRITE``); the tokens still unwritten are written before the free.
+    """
+    out, streams = [], {}
+    for op, seq, arg in calls:
+        if op == ADMIT:
+            streams[seq] = list(arg)
+            out.append((ADMIT, seq, arg))
+        elif op == APPEND:
+            stream = streams[seq]
+            n = len(stream)
+            stream.append(arg)
+            if n % BLOCK_SIZE == 0:
+                out.append((GROW, seq, None))
+            if caching and (n + 1) % BLOCK_SIZE == 0:
+                out.append((WRITE, seq, n + 1))
+        else:
+            out.extend([(WRITE, seq, len(streams[seq])), (FREE, seq, None)])
+    return out, streams
+
+
+def replay_blocks(calls: list[tuple], streams: dict[int, list[int]], kv: PagedAllocator) -> None:
+    """:func:`by_blocks`'s calls against the book's allocator."""
+    allocate, grow, write, free = kv.allocate, kv._grow, kv._write_through, kv.free
+    for op, seq, arg in calls:
+        if op == GROW:
+            grow(seq)
+        elif op == WRITE:
+            write(seq, streams[seq], arg)
+        elif op == ADMIT:
+            allocate(seq, arg)
+        else:
+            free(seq)
+
+
 def kv_tokens(finished: list[list[int]], rng: random.Random) -> list[int]:
     """A recent finished conversation, to continue."""
     return finished[-1 - rng.randrange(min(len(finished), 20))]
@@ -175,35 +218,61 @@ def interleaved(contenders: dict, repeats: int) -> dict[str, list[float]]:
 
 
 def _line(name: str, values: list[float]) -> str:
-    return f"{name:<34} median {statistics.median(values):7.3f} s  (spread {min(values):.3f}-{max(values):.3f})"
+    return f"{name:<48} median {statistics.median(values):7.3f} s  (spread {min(values):.3f}-{max(values):.3f})"
+
+
+def _state(kv: PagedAllocator) -> tuple[int, int, int, int]:
+    return kv.pool.num_free, kv.pool.num_cached, kv.pool.num_hashes, kv.prefix_hit_tokens
 
 
 def bench_allocator(repeats: int, n_requests: int = 1500) -> None:
     calls = record_calls(n_requests)
-    print(f"allocator: {len(calls):,} calls of the scheduler's pattern, prefix caching on")
+    blocks_calls, streams = by_blocks(calls)
+    print(f"allocator: {len(calls):,} calls of a scheduler's pattern (one per decoded token), prefix caching on;")
+    print(f"  the book's simulator makes them as its decode cohort does: {len(blocks_calls):,} calls")
     for blocks in (768, 16_384):
+        pools = [PagedAllocator(blocks, BLOCK_SIZE, prefix_caching=True) for _ in range(2)]
+        replay(calls, pools[0])
+        replay_blocks(blocks_calls, streams, pools[1])
+        assert _state(pools[0]) == _state(pools[1])  # the same pool at the end, the same prefix hits
         contenders = {
-            "PagedAllocator": (lambda b=blocks: PagedAllocator(b, BLOCK_SIZE, prefix_caching=True),
-                               lambda kv: replay(calls, kv)),
+            "PagedAllocator, by blocks": (lambda b=blocks: PagedAllocator(b, BLOCK_SIZE, prefix_caching=True),
+                                          lambda kv: replay_blocks(blocks_calls, streams, kv)),
+            "PagedAllocator, by tokens": (lambda b=blocks: PagedAllocator(b, BLOCK_SIZE, prefix_caching=True),
+                                          lambda kv: replay(calls, kv)),
             "deque block manager": (lambda b=blocks: DequeBlockManager(b), lambda kv: replay(calls, kv)),
         }
         times = interleaved(contenders, repeats)
         for name, values in times.items():
             print(_line(f"  {blocks:>6,} blocks, {name}", values))
-        ratio = statistics.median(times["deque block manager"]) / statistics.median(times["PagedAllocator"])
-        print(f"  {blocks:>6,} blocks: PagedAllocator is {ratio:.2f}x the deque manager's speed")
+        deque_time = statistics.median(times["deque block manager"])
+        for pattern in ("by blocks", "by tokens"):
+            ratio = deque_time / statistics.median(times[f"PagedAllocator, {pattern}"])
+            print(f"  {blocks:>6,} blocks: PagedAllocator {pattern} is {ratio:.2f}x the deque manager's speed")
 
 
 def bench_simulator(repeats: int, n_requests: int) -> None:
     cost = roofline.StepModel("llama-2-13b", device="a100-40gb-sxm")
     trace = batching.sample_trace(n_requests, seed=0, arrival_rate=50)
-    runs = {f"caching {flag}": (lambda c=flag: c,
-                                lambda c: batching.simulate(trace, kv_slots=768 * BLOCK_SIZE,
-                                                            prefix_caching=c, cost=cost))
-            for flag in (False, True)}
-    print(f"simulator: {n_requests:,} requests at 50/s on 768 blocks, with latency records (target: 2 s)")
-    for name, values in interleaved(runs, repeats).items():
+
+    def run(lazy: bool, caching: bool):
+        simulator.LAZY_DECODES = lazy
+        try:
+            return batching.simulate(trace, kv_slots=768 * BLOCK_SIZE, prefix_caching=caching, cost=cost)
+        finally:
+            simulator.LAZY_DECODES = True
+
+    runs = {f"{engine}, caching {'on' if caching else 'off'}": (lambda c=caching: c, lambda c, lazy=lazy: run(lazy, c))
+            for caching in (False, True) for engine, lazy in (("decode cohort", True), ("every request", False))}
+    print(f"simulator: {n_requests:,} requests at 50/s on 768 blocks, with latency records (target: 2 s);")
+    print("  the decode cohort against the same loop visiting every request every step (its reference)")
+    times = interleaved(runs, repeats)
+    for name, values in times.items():
         print(_line(f"  {name}", values))
+    for caching in ("off", "on"):
+        ratio = statistics.median(times[f"every request, caching {caching}"]) / \
+            statistics.median(times[f"decode cohort, caching {caching}"])
+        print(f"  caching {caching}: the cohort is {ratio:.2f}x the speed of visiting every request")
 
 
 def main() -> None:

@@ -222,15 +222,15 @@ def test_kv_shares_agree_with_the_summary_and_drop_the_drain(runs):
 # ---------------------------------------------------------------------------
 # The phases of an iteration
 
-def test_the_phases_of_a_step_do_what_their_names_say():
+@pytest.mark.parametrize("lazy", [False, True], ids=["every request every step", "decode cohort"])
+def test_the_phases_of_a_step_do_what_their_names_say(lazy):
     trace = [Request(0, 0.0, 6, 4), Request(1, 0.0, 6, 4), Request(2, 9.0, 2, 1)]
     kv = PagedAllocator(num_blocks=4, block_size=4)
     server = _Server(trace, kv, static=False, max_num_seqs=8, budget=64, chunked=True, reserve_blocks=0,
-                     seconds=lambda *counts: 1.0)
+                     seconds=lambda *counts: 1.0, lazy=lazy)
 
     def one_step():
-        budget, preempted = server.schedule_running()
-        admitted, _ = server.admit(budget) if not preempted else (0, 0)
+        preempted, admitted, _, _ = server.schedule()
         ran = server.step()
         server.finish()
         return admitted, preempted, ran

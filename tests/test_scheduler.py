@@ -155,9 +155,9 @@ class CheckedAllocator(PagedAllocator):
         self.hashed_at: dict[int, tuple[int, object]] = {}  # block id -> (step, sequence) that hashed it
         self.hits: list[tuple[int, list[int], list[int]]] = []  # (step, hit block ids, their tokens as asked)
 
-    def _register_last(self, seq) -> None:
-        super()._register_last(seq)
-        self.hashed_at[seq.table[-1].block_id] = (self.server.n_steps, self.writer)
+    def _register_block(self, seq, i) -> None:
+        super()._register_block(seq, i)
+        self.hashed_at[seq.table[i].block_id] = (self.server.n_steps, self.writer)
 
     def allocate(self, seq_id, tokens, **options) -> int:
         self.ops += 1
@@ -180,6 +180,16 @@ class CheckedAllocator(PagedAllocator):
     def free(self, seq_id) -> None:
         self.ops += 1
         super().free(seq_id)
+
+    # what the decode cohort calls instead of append
+    def _grow(self, seq_id) -> None:
+        self.ops += 1
+        super()._grow(seq_id)
+
+    def _write_through(self, seq_id, tokens, stop) -> None:
+        self.ops += 1
+        self.writer = seq_id
+        super()._write_through(seq_id, tokens, stop)
 
 
 def _check_pool(kv: CheckedAllocator) -> None:
@@ -211,21 +221,20 @@ def _seeded_workload(rng: random.Random, n: int) -> list[Request]:
     return trace
 
 
-def _run_checked(trace: list[Request], rng: random.Random) -> CheckedAllocator:
+def _run_checked(trace: list[Request], rng: random.Random, lazy: bool) -> CheckedAllocator:
     block_size = rng.choice((2, 4))
     longest = max(r.total_len for r in trace)
     kv = CheckedAllocator(-(-longest // block_size) + rng.randint(0, 8), block_size, prefix_caching=True)
     server = _Server(trace, kv, static=False, max_num_seqs=rng.randint(2, 8), budget=rng.choice((8, 24, 64)),
-                     chunked=True, reserve_blocks=rng.randint(0, 1), seconds=lambda *counts: 1.0)
+                     chunked=True, reserve_blocks=rng.randint(0, 1), seconds=lambda *counts: 1.0, lazy=lazy)
     kv.server = server
     ran: dict[int, set] = {}
     while server.busy:
         if not server.arrive():
             continue
-        budget, preempted = server.schedule_running()
-        if not preempted:
-            server.admit(budget)
-        ran[server.n_steps] = {live.req.request_id for live in server.scheduled}
+        server.schedule()
+        members = server.cohort.members if lazy else ()
+        ran[server.n_steps] = {live.req.request_id for live in (*server.scheduled, *members)}
         step = server.n_steps
         for at, blocks, tokens in kv.hits:
             assert at == step
@@ -242,11 +251,12 @@ def _run_checked(trace: list[Request], rng: random.Random) -> CheckedAllocator:
     return kv
 
 
-def test_no_block_is_served_from_the_cache_before_it_is_computed_over_100k_operations():
+@pytest.mark.parametrize("lazy", [False, True], ids=["every request every step", "decode cohort"])
+def test_no_block_is_served_from_the_cache_before_it_is_computed_over_100k_operations(lazy):
     rng = random.Random(2026)
     ops = hits = 0
     while ops < 100_000:
-        kv = _run_checked(_seeded_workload(rng, 60), rng)
+        kv = _run_checked(_seeded_workload(rng, 60), rng, lazy)
         ops += kv.ops
         hits += kv.prefix_hit_tokens
     assert ops >= 100_000 and hits > 0

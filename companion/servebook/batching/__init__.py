@@ -29,6 +29,8 @@ counts tokens exactly; only the seconds are modelled.
 
 - :mod:`~servebook.batching.traces`: :class:`Request` and the traces (seeded, or from CSV);
 - :mod:`~servebook.batching.simulator`: :func:`simulate`, the loop over the phases of a step;
+- :mod:`~servebook.batching.cohort`: the running requests that decode, advanced by their events
+  (a block to take, a block to hash, a last token) rather than token by token;
 - :mod:`~servebook.batching.results`: :class:`SimulationResult` (per-step and
   per-request records, per-token steps) and its :class:`Summary`;
 - :mod:`~servebook.batching.latency`: TTFT, TPOT, inter-token and end-to-end

@@ -25,6 +25,10 @@ A block is hashed when its step is scheduled (the allocator does it as the
 tokens are written), so a request admitted later in the same step may hit
 it, and no preempted request leaves hashes behind on blocks nobody computed.
 
+A step in which every running request decodes runs on the
+:class:`~servebook.batching.cohort.DecodeCohort`: its cost is the step's
+events, not its requests, and its records are those of visiting every request.
+
 Differences on purpose: static batching (admit only into an empty server, free
 a batch's memory when all its members have finished) and the naive allocator
 are teaching baselines that vLLM does not have; priority scheduling,
@@ -45,10 +49,14 @@ from ..checks import choice, flag, interval, whole
 from ..paging import NaiveAllocator, OutOfBlocks, PagedAllocator
 from ..roofline import StepModel, attention_pairs
 from ..units import ceil_div
+from .cohort import DecodeCohort, TokenStream
 from .results import SimulationResult
 from .traces import Request
 
 POLICIES = ("static", "continuous")
+# Decoding requests advance as a cohort (see _Server); False visits every request every step, which the
+# tests use as the reference the cohort must agree with record for record.
+LAZY_DECODES = True
 ALLOCATORS = ("paged", "naive")
 
 
@@ -56,7 +64,8 @@ class _Live:
     """A request inside the server."""
 
     __slots__ = ("req", "generated", "known", "computed", "hashes", "stream", "new", "prefilling", "done",
-                 "scheduled_s", "first_token_s", "finish_s", "preemptions", "recomputed", "offset")
+                 "scheduled_s", "first_token_s", "finish_s", "preemptions", "recomputed", "offset",
+                 "order", "since", "written", "epoch", "last_step", "view")
 
     def __init__(self, req: Request, offset: int) -> None:
         self.req = req
@@ -74,6 +83,10 @@ class _Live:
         self.preemptions = 0
         self.recomputed = 0       # tokens prefilled again after preemptions
         self.offset = offset      # where its tokens' steps start in the server's token_steps
+        self.order = 0            # its place in the running batch: admissions so far when it was admitted
+        # Kept by the decode cohort: the step its fields hold at, tokens written, departures, last step.
+        self.since = self.written = self.epoch = self.last_step = 0
+        self.view = TokenStream(req)
 
     def tokens(self) -> list[int]:
         """Its stream so far, kept between calls (a waiting request asks every step)."""
@@ -83,10 +96,17 @@ class _Live:
 
 
 class _Server:
-    """The queues, the batch and the KV allocator between steps; one method per phase."""
+    """The queues, the batch and the KV allocator between steps; one method per phase.
+
+    With ``lazy``, the running requests that decode are a :class:`DecodeCohort`
+    and a step in which every running request decodes costs its events, not
+    its requests (:meth:`schedule_decodes`); any other step settles the cohort
+    and visits every request (:meth:`schedule_running`).  Both give the same
+    records.
+    """
 
     def __init__(self, requests: list[Request], kv: PagedAllocator | NaiveAllocator, *, static: bool,
-                 max_num_seqs: int, budget: int, chunked: bool, reserve_blocks: int, seconds) -> None:
+                 max_num_seqs: int, budget: int, chunked: bool, reserve_blocks: int, seconds, lazy: bool) -> None:
         self.kv = kv
         self.static = static
         self.max_num_seqs = max_num_seqs
@@ -99,10 +119,14 @@ class _Server:
             offsets.append(offsets[-1] + r.output_len)
         self.lives = {r.request_id: _Live(r, o) for r, o in zip(requests, offsets[:-1], strict=True)}
         self.token_steps = array("l", bytes(8 * offsets[-1]))  # the step at which each output token came out
+        self.cohort = DecodeCohort(kv, self.token_steps) if lazy else None
         self.pending = deque(requests)
         self.waiting: deque[_Live] = deque()
         self.running: list[_Live] = []         # in the order of admission
-        self.scheduled: list[_Live] = []       # this step's, in scheduling order
+        self.scheduled: list[_Live] = []       # this step's, in scheduling order (the cohort's apart)
+        self.blocked: _Live | None = None      # the head of the queue, known not to fit until something changes
+        self.admissions = 0
+        self.any_done = False
         self.clock = requests[0].arrival_s
         self.n_steps = 0
 
@@ -123,11 +147,50 @@ class _Server:
             return False
         return True
 
+    def schedule(self) -> tuple[int, int, int, int]:
+        """This step's batch: the running requests, then (in a step that preempted none) the waiting ones.
+
+        Returns how many requests were preempted and admitted, the prompt tokens
+        the admissions took from the prefix cache, and how many requests the step runs.
+        """
+        cohort = self.cohort
+        if cohort is not None and len(cohort) == len(self.running) <= self.budget:  # every one decodes
+            preempted = self.schedule_decodes()
+            left, remember = self.budget - len(cohort), True
+        else:
+            left, preempted = self.schedule_running()
+            remember = False
+        admitted, cached = self.admit(left, remember) if not preempted else (0, 0)
+        return preempted, admitted, cached, len(self.scheduled) + (len(cohort) if cohort is not None else 0)
+
+    def schedule_decodes(self) -> int:
+        """The cohort's step: its events in order of admission, preempting when a take finds no block.
+
+        Every member that is not preempted decodes one token; returns how many were preempted.
+        """
+        cohort, step, preempted = self.cohort, self.n_steps, 0
+        fire = cohort.fire
+        for _, kind, epoch, live in cohort.due(step):
+            if live.epoch != epoch:
+                continue  # it left the cohort after this event was booked
+            while True:
+                try:
+                    fire(live, kind, step)
+                    break
+                except OutOfBlocks:
+                    preempted += 1
+                    if self.preempt() is live:
+                        return preempted  # it was the last running request: nothing after it runs
+        return preempted
+
     def schedule_running(self) -> tuple[int, int]:
         """Give the running requests their tokens for this step, preempting when blocks run out.
 
         Returns the tokens left in the budget and how many requests were preempted.
         """
+        if self.cohort is not None:
+            self.cohort.leave_all(self.n_steps)
+        self.blocked = None
         kv, running, scheduled = self.kv, self.running, self.scheduled
         append, write = kv.append, self._write
         budget, preempted, i = self.budget, 0, 0
@@ -167,20 +230,30 @@ class _Server:
         Its blocks are freed and it goes back to the head of the queue; readmitted,
         it prefills its prompt and every token it had generated.
         """
-        victim = next(v for v in reversed(self.running) if not v.done)
+        running = self.running
+        victim = next(v for v in reversed(running) if not v.done)
+        if self.cohort is not None and victim in self.cohort.members:
+            self.cohort.leave(victim, self.n_steps)
         self.kv.free(victim.req.request_id)
-        self.running.remove(victim)
+        if running[-1] is victim:
+            running.pop()
+        else:
+            running.remove(victim)
         victim.computed = victim.new = 0
         victim.prefilling = False
         victim.preemptions += 1
         self.waiting.appendleft(victim)
+        self.blocked = None
         return victim
 
-    def admit(self, budget: int) -> tuple[int, int]:
+    def admit(self, budget: int, remember: bool = False) -> tuple[int, int]:
         """Waiting requests join the batch, in order, while budget, cap and blocks allow.
 
         Returns how many were admitted and the prompt tokens they took from the prefix cache.
-        Static batching admits only into an empty server.
+        Static batching admits only into an empty server.  With ``remember`` (a
+        step of decodes only), a head of the queue that does not fit is
+        remembered: until a request leaves or joins the batch, the blocks free
+        can only shrink and its cached prefix too, so it would not fit next step either.
         """
         if self.static and self.running:
             return 0, 0
@@ -188,17 +261,23 @@ class _Server:
         admitted = cached_total = 0
         while waiting and budget > 0 and len(running) < self.max_num_seqs:
             live = waiting[0]
+            if live is self.blocked:
+                break
             req, known = live.req, live.known
             tokens = live.tokens()
             reserve = self.reserve_blocks if running else 0
             if not self.chunked:  # a prompt that does not fit the budget whole waits
                 cached = kv.cached_prefix(tokens, live.hashes) if kv_caches(kv) else 0
                 if known - cached > budget:
+                    if remember and not admitted:  # the budget next step is this one's
+                        self.blocked = live
                     break
             try:
                 cached = kv.allocate(req.request_id, tokens, max_new=None if budget == math.inf else budget,
                                      reserve=reserve, hashes=live.hashes)
             except OutOfBlocks:
+                if remember:
+                    self.blocked = live
                 break
             new = min(known - cached, budget)
             waiting.popleft()
@@ -207,6 +286,8 @@ class _Server:
             live.computed, live.new, live.prefilling = cached + new, new, True
             if live.preemptions:
                 live.recomputed += known - cached
+            self.admissions += 1
+            live.order = self.admissions
             running.append(live)
             self.scheduled.append(live)
             budget -= new
@@ -219,6 +300,8 @@ class _Server:
 
         Returns the step's seconds, the tokens prefilled and decoded, and how many emitted their last token.
         """
+        cohort = self.cohort
+        n_cohort = 0 if cohort is None else len(cohort)
         prefill = decode = context = pairs = 0
         for live in self.scheduled:
             new = live.new
@@ -229,9 +312,14 @@ class _Server:
             before = live.computed - new
             context += before
             pairs += attention_pairs(new, before)
-        dt = self.seconds(prefill + decode, context, pairs, len(self.scheduled)) if self.scheduled else 0.0
+        if n_cohort:  # each member attends to what it had computed, and to its new token
+            decode += n_cohort
+            context += cohort.context
+            pairs += cohort.context + n_cohort
+        n_scheduled = len(self.scheduled) + n_cohort
+        dt = self.seconds(prefill + decode, context, pairs, n_scheduled) if n_scheduled else 0.0
         self.clock += dt
-        finished = 0
+        finished = self._emit_cohort() if n_cohort else 0
         for live in self.scheduled:
             live.new = 0
             if live.computed < live.known:
@@ -246,8 +334,22 @@ class _Server:
                 live.done = True
                 live.finish_s = self.clock
                 finished += 1
+            elif cohort is not None:
+                cohort.join(live, self.n_steps + 1)
+        self.any_done = finished > 0
         self.n_steps += 1
         return dt, prefill, decode, finished
+
+    def _emit_cohort(self) -> int:
+        """The cohort's members emit their tokens; those that emitted their last leave it, done."""
+        cohort, after = self.cohort, self.n_steps + 1
+        cohort.advance()
+        done = cohort.finished(self.n_steps)
+        for live in done:
+            cohort.leave(live, after)
+            live.done = True
+            live.finish_s = self.clock
+        return len(done)
 
     def finish(self) -> None:
         """Finished requests free their KV memory: at once (continuous), or with the whole batch (static)."""
@@ -257,11 +359,12 @@ class _Server:
                 for live in running:
                     kv.free(live.req.request_id)
                 running.clear()
-        elif any(v.done for v in self.scheduled):
-            for live in self.scheduled:
+        elif self.any_done:
+            for live in running:  # the order they were scheduled in
                 if live.done:
                     kv.free(live.req.request_id)
             running[:] = [v for v in running if not v.done]
+            self.blocked = None
         self.scheduled = []
 
 
@@ -357,7 +460,8 @@ def simulate(requests: Sequence[Request], *, kv_slots: int, policy: str = "conti
     seconds = _step_seconds(cost, max_len)
     kv, reserve_blocks = _kv_cache(allocator, requests, kv_slots, block_size, max_len, watermark, prefix_caching)
     server = _Server(requests, kv, static=policy == "static", max_num_seqs=max_num_seqs, budget=budget,
-                     chunked=chunked_prefill, reserve_blocks=reserve_blocks, seconds=seconds)
+                     chunked=chunked_prefill, reserve_blocks=reserve_blocks, seconds=seconds,
+                     lazy=LAZY_DECODES and policy == "continuous" and allocator == "paged")
     rows = _run(server)
     steps = {name: np.asarray(column) for name, column in zip(_STEP_FIELDS, zip(*rows, strict=True), strict=True)}
     config = dict(kv_slots=kv_slots, block_size=block_size, max_len=max_len, max_num_seqs=max_num_seqs,
@@ -368,22 +472,20 @@ def simulate(requests: Sequence[Request], *, kv_slots: int, policy: str = "conti
 
 def _run(server: _Server) -> list[tuple]:
     """The loop over steps; one row per step, in the order of ``_STEP_FIELDS``."""
-    kv, rows = server.kv, []
+    kv, cohort, rows = server.kv, server.cohort, []
     paged = isinstance(kv, PagedAllocator)
     # The phases, looked up once: this loop runs once per step, up to millions of times.
-    arrive, schedule, admit, step, finish = (server.arrive, server.schedule_running, server.admit, server.step,
-                                             server.finish)
+    arrive, schedule, step, finish = server.arrive, server.schedule, server.step, server.finish
     while server.busy:
         if not arrive():
             continue  # the server was idle until the next arrival
-        budget, preempted = schedule()
-        admitted, cached = admit(budget) if not preempted else (0, 0)
-        n_scheduled = len(server.scheduled)
+        preempted, admitted, cached, n_scheduled = schedule()
         dt, prefill, decode, finished = step()
-        stored, reserved = kv.tokens_stored, kv.slots_reserved  # what the step held, before any frees
+        # What the step held, before any frees; the cohort's tokens not yet passed to the allocator count.
+        stored = kv.tokens_stored + (cohort.pending_writes if cohort is not None else 0)
+        reserved = kv.slots_reserved
         finish()
         free = kv.pool.num_available if paged else kv.regions_free
         rows.append((server.clock, dt, n_scheduled, len(server.waiting), admitted, preempted, finished,
                      prefill, decode, cached, stored, reserved, free, len(server.running)))
     return rows
-

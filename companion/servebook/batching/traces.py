@@ -52,10 +52,16 @@ class Request:
 
     def tokens(self, n: int) -> list[int]:
         """The first ``n`` token ids of this request's stream (prompt, then generated)."""
-        shared = min(n, self.prefix_len) if self.prefix_group >= 0 else 0
-        group_base = _GROUP_BASE + (self.prefix_group << 24)
+        return self.token_range(0, n)
+
+    def token_range(self, start: int, stop: int) -> list[int]:
+        """The token ids at positions ``start`` to ``stop - 1`` of this request's stream."""
+        shared = min(stop, self.prefix_len) if self.prefix_group >= 0 else 0
         own_base = (self.request_id + 1) << 24
-        return [group_base + i for i in range(shared)] + [own_base + i for i in range(shared, n)]
+        if shared <= start:
+            return list(range(own_base + start, own_base + stop))
+        group_base = _GROUP_BASE + (self.prefix_group << 24)
+        return list(range(group_base + start, group_base + shared)) + list(range(own_base + shared, own_base + stop))
 
     def token(self, position: int) -> int:
         if self.prefix_group >= 0 and position < self.prefix_len:

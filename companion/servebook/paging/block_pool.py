@@ -151,10 +151,15 @@ class BlockPool:
         An empty free block holds nothing to share: ``ValueError``.
         """
         self._own(block)
+        if block.ref_count == 0 and block.block_id not in self._cached_free:
+            raise ValueError(f"block {block.block_id} is free and holds nothing reusable; "
+                             "take() a block to write into")
+        self._share(block)
+
+    def _share(self, block: Block) -> None:
+        # Unchecked: for the allocator, which shares only used blocks and the cached ones its lookups found.
         if block.ref_count == 0:
-            if self._cached_free.pop(block.block_id, None) is None:
-                raise ValueError(f"block {block.block_id} is free and holds nothing reusable; "
-                                 "take() a block to write into")
+            del self._cached_free[block.block_id]
             self.tokens_in_use += len(block.tokens)
         block.ref_count += 1
 

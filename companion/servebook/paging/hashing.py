@@ -20,9 +20,7 @@ def block_hash(parent: bytes | None, tokens: Sequence[int]) -> bytes:
     hand one request another's KV cache; vLLM moved from Python's ``hash()`` to
     SHA-256 for that reason.
     """
-    digest = hashlib.sha256(parent or b"")
-    digest.update(array("q", tokens).tobytes())
-    return digest.digest()
+    return hashlib.sha256((parent or b"") + array("q", tokens).tobytes()).digest()
 
 
 def token_ids(tokens: Iterable[int], name: str = "tokens") -> list[int]:
@@ -30,13 +28,14 @@ def token_ids(tokens: Iterable[int], name: str = "tokens") -> list[int]:
     if isinstance(tokens, (str, bytes)):
         raise TypeError(f"{name} must be a sequence of token ids (ints), got {type(tokens).__name__}")
     try:
-        ids = list(tokens)
+        ids = tokens if type(tokens) is list else list(tokens)
     except TypeError:
         raise TypeError(f"{name} must be a sequence of token ids (ints), got {tokens!r}") from None
     if not ids:
         raise ValueError(f"{name} must hold at least one token")
     if set(map(type, ids)) == {int} and min(ids) >= 0 and max(ids) < TOKEN_LIMIT:
-        return ids  # the common case, checked at C speed
+        return ids  # the common case, checked at C speed (a list is returned as it is: no copy)
+    ids = list(ids)
     for i, t in enumerate(ids):
         try:
             ids[i] = whole(f"{name}[{i}]", t, 0, TOKEN_LIMIT - 1)

@@ -220,7 +220,7 @@ class PagedAllocator:
                               f"{self.pool.num_available} free or cached (some may be this prompt's own hits)")
         pool = self.pool
         for block in hits:  # before taking new blocks, so an eviction cannot take a hit
-            pool.share(block)
+            pool._share(block)
         seq = self._seqs[seq_id] = _Sequence(list(hits), hashes, cached)
         seq.length = cached
         self._write(seq, tokens, cached, cached + n_new)
@@ -237,20 +237,35 @@ class PagedAllocator:
         pool, bs, table = self.pool, self.block_size, seq.table
         pos = start
         while pos < stop:
-            if pos % bs == 0:
+            i = pos // bs
+            if i == len(table):  # the block this position starts (unless _grow took it ahead)
                 table.append(pool.take())
-            last = table[-1]
-            end = min(stop, pos - pos % bs + bs)
-            last.tokens.extend(tokens[pos:end])
-            pool.tokens_in_use += end - pos
+            end = min(stop, (i + 1) * bs)
+            table[i].tokens.extend(tokens[pos:end])
             pos = end
             if pos % bs == 0 and self.prefix_caching:
-                self._register_last(seq)
+                self._register_block(seq, i)
+        pool.tokens_in_use += stop - start
         seq.length = stop
 
-    def _register_last(self, seq: _Sequence) -> None:
-        """Hash the sequence's last block, now full, and put it in the prefix cache."""
-        i = len(seq.table) - 1
+    def _write_through(self, seq_id: Hashable, tokens: Sequence[int], stop: int) -> None:
+        """:meth:`extend` up to ``stop`` tokens without its checks of the tokens: for the simulator,
+        which writes streams of its own making.  :class:`OutOfBlocks` changes nothing."""
+        seq = self._seqs[seq_id]
+        if ceil_div(stop, self.block_size) - len(seq.table) > self.pool.num_available:
+            raise OutOfBlocks(f"a write to {stop} tokens needs blocks; {self.pool.num_available} free or cached")
+        self._write(seq, tokens, seq.length, stop)
+
+    def _grow(self, seq_id: Hashable) -> None:
+        """Take the block the next token of ``seq_id`` starts, ahead of writing the token; unchecked.
+
+        For the simulator, whose decodes take their blocks in the step they run
+        and write their tokens later.  :class:`OutOfBlocks` changes nothing.
+        """
+        self._seqs[seq_id].table.append(self.pool.take())
+
+    def _register_block(self, seq: _Sequence, i: int) -> None:
+        """Hash the sequence's ``i``-th block, now full, and put it in the prefix cache."""
         if len(seq.hashes) <= i:
             seq.hashes.append(block_hash(seq.hashes[-1] if seq.hashes else None, seq.table[i].tokens))
         self.pool._register(seq.table[i], seq.hashes[i])
@@ -304,7 +319,7 @@ class PagedAllocator:
         pool.tokens_in_use += 1
         seq.length += 1
         if self.prefix_caching and len(slots) == self.block_size:
-            self._register_last(seq)
+            self._register_block(seq, len(seq.table) - 1)
 
     def _copy_on_write(self, seq: _Sequence) -> Block:
         """Give ``seq`` its own copy of its shared, partly filled last block, and return the copy.

@@ -50,9 +50,17 @@ def scheme(name: Scheme | str) -> Scheme:
 
 
 
-def compute_time(device: GPU, recipe: Scheme, matmul_flops: int, attention_flops: int, dequant_flops: int) -> float:
+def peak_rates(device: GPU, recipe: Scheme) -> tuple[float, float, float]:
+    """The rates :func:`compute_time` divides by: the matmuls' (at the scheme's precision),
+    attention's (FP16 tensor cores) and dequantization's (FP32 CUDA cores), FLOP/s."""
+    return device.peak(recipe.matmul_precision), device.peak("fp16"), device.peak("fp32")
+
+
+def compute_time(device: GPU, recipe: Scheme, matmul_flops: int, attention_flops: int, dequant_flops: int,
+                 rates: tuple[float, float, float] | None = None) -> float:
     """Tensor-core time of the matmuls (at the scheme's precision) and of attention (FP16), plus the
-    CUDA-core time of W4A16's dequantization, which competes with the matmuls for the same SMs."""
-    return (matmul_flops / device.peak(recipe.matmul_precision)
-            + attention_flops / device.peak("fp16")
-            + dequant_flops / device.peak("fp32"))
+    CUDA-core time of W4A16's dequantization, which competes with the matmuls for the same SMs.
+
+    ``rates``: :func:`peak_rates` of ``device`` and ``recipe``, for a caller that looked them up once."""
+    matmul, attention, dequant = peak_rates(device, recipe) if rates is None else rates
+    return matmul_flops / matmul + attention_flops / attention + dequant_flops / dequant

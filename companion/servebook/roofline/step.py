@@ -16,7 +16,7 @@ from ..gpus import GPU
 from ..models import CHUNKED, SLIDING, ModelSpec
 from ..models.params import expert_params, routed_params, unused_expert_params
 from ..units import ceil_div
-from .schemes import Scheme, compute_time, scheme
+from .schemes import Scheme, compute_time, peak_rates, scheme
 
 
 def matmul_params(model: ModelSpec | str) -> int:
@@ -245,6 +245,7 @@ class StepModel:
         self.local_attention_flops_per_pair = shape.local_attention_flops_per_pair
         self.lm_head_params = shape.lm_head_params
         self.gpu = None if device is None else gpus.get(device)
+        self._rates: tuple[float, float, float] | None = None  # peak_rates, once
 
     def params_read(self, tokens: int) -> int:
         """Matmul weights a step of ``tokens`` tokens reads: all of a dense model's; a MoE's shared
@@ -319,8 +320,10 @@ class StepModel:
         matmul = 2 * self.n_active * tokens - 2 * self.lm_head_params * (tokens - logits)
         attention = self.attention_flops_per_pair * pairs + self.local_attention_flops_per_pair * local_pairs
         dequant = (recipe.dequant_flops_per_weight * self.params_read(tokens)
-                   * ceil_div(tokens, recipe.dequant_tile_tokens))
-        compute = compute_time(device, recipe, matmul, attention, dequant)
+                   * ceil_div(tokens, recipe.dequant_tile_tokens)) if recipe.dequant_flops_per_weight else 0
+        if self._rates is None:
+            self._rates = peak_rates(device, recipe)
+        compute = compute_time(device, recipe, matmul, attention, dequant, self._rates)
         moved = (self.weight_bytes_read(tokens) + self.kv_global_per_token * cached_tokens
                  + self.kv_local_per_token * local_cached + self.kv_per_token * tokens)
         return max(compute, moved / device.bandwidth) + self.shape.communication_time(tokens, logits)

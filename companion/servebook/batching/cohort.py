@@ -1,0 +1,168 @@
+"""The running requests that are decoding, advanced in work proportional to events, not to tokens.
+
+A decoding request does the same thing every step: it writes the token it
+emitted last into its KV cache and emits the next one.  The cohort counts those
+steps instead of doing them, and does a token's work only at the steps where it
+shows outside the request:
+
+- *take*: the token to write starts a block, so the block is taken from the
+  pool this step (or, when none is free, the scheduler preempts);
+- *register* (prefix caching only): the token fills its block, which is hashed
+  this step, so that an admission later in this step or after can hit it;
+- *finish*: the request emits its last token.
+
+Events wait in buckets keyed by step and run in the order the requests were
+admitted, the order in which V1's loop visits them.  :meth:`DecodeCohort.settle`
+brings one request's counters, its writes into the allocator and the step of
+each token it emitted up to date; whoever reads a request does so first.  The
+state that comes out is the one writing token by token gives, block for block
+and hash for hash: the simulator's tests run both and compare every record.
+"""
+
+from __future__ import annotations
+
+from array import array
+
+from ..paging import PagedAllocator
+
+TAKE, REGISTER = 0, 1
+
+
+class TokenStream:
+    """A request's token ids by position, sliced without building the stream before the slice.
+
+    A slice past the request's shared prefix is a ``range`` (its own ids are
+    consecutive), which a block's list extends itself with at C speed.
+    """
+
+    __slots__ = ("req", "own_from", "own_base")
+
+    def __init__(self, req) -> None:
+        self.req = req
+        self.own_from = req.prefix_len if req.prefix_group >= 0 else 0
+        self.own_base = req.token(self.own_from) - self.own_from
+
+    def __getitem__(self, positions: slice) -> range | list[int]:
+        start, stop = positions.start, positions.stop
+        if start >= self.own_from:
+            return range(self.own_base + start, self.own_base + stop)
+        return self.req.token_range(start, stop)
+
+
+class DecodeCohort:
+    """The decoding members of a running batch, their pending events and two sums the step model needs.
+
+    ``context`` is the sum over members of the tokens each had computed when
+    the current step began (what the step's decodes attend to);
+    ``pending_writes`` the tokens members have computed that the allocator has
+    not been told of yet (they count as stored: a step writes every decode).
+    A member's fields hold at the step ``live.since``; ``live.epoch`` changes
+    whenever it leaves, so events it left behind are ignored.
+    """
+
+    __slots__ = ("kv", "block_size", "caching", "token_steps", "members", "buckets", "finishing", "context",
+                 "written")
+
+    def __init__(self, kv: PagedAllocator, token_steps: array) -> None:
+        self.kv = kv
+        self.block_size = kv.block_size
+        self.caching = kv.prefix_caching
+        self.token_steps = token_steps
+        self.members: dict = {}  # live -> None: a set in the order of joining
+        self.buckets: dict[int, list[tuple]] = {}    # step -> [(order, kind, epoch, live)]
+        self.finishing: dict[int, list[tuple]] = {}  # step -> [(order, epoch, live)]
+        self.context = 0
+        self.written = 0  # sum over members of the tokens the allocator holds for them
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    @property
+    def pending_writes(self) -> int:
+        return self.context - self.written
+
+    def _at(self, bucket: dict, step: int, event: tuple) -> None:
+        events = bucket.get(step)
+        if events is None:
+            bucket[step] = [event]
+        else:
+            events.append(event)
+
+    def join(self, live, step: int) -> None:
+        """``live``, whose prompt is computed and written, decodes from ``step`` on."""
+        bs, computed = self.block_size, live.computed
+        live.since, live.written = step, computed
+        live.epoch += 1
+        self.members[live] = None
+        self.context += computed
+        self.written += computed
+        last = live.last_step = step + live.req.output_len - live.generated - 1
+        take = step + (-computed) % bs           # the step that writes the next block's first position
+        if take <= last:
+            self._at(self.buckets, take, (live.order, TAKE, live.epoch, live))
+        if self.caching:
+            fill = step + (bs - 1 - computed) % bs  # the step that writes a block's last position
+            if fill <= last:
+                self._at(self.buckets, fill, (live.order, REGISTER, live.epoch, live))
+        self._at(self.finishing, last, (live.order, live.epoch, live))
+
+    def due(self, step: int) -> list[tuple]:
+        """This step's take and register events, in the order of admission (stale ones included)."""
+        events = self.buckets.pop(step, ())
+        if len(events) > 1:
+            events.sort()
+        return events
+
+    def fire(self, live, kind: int, step: int) -> None:
+        """Do ``live``'s event at ``step``: take its next block, or write and hash the block it fills.
+
+        A take that finds no block raises :class:`~servebook.paging.OutOfBlocks`, changing nothing.
+        """
+        if kind == TAKE:
+            self.kv._grow(live.req.request_id)  # the token itself is written later, with the others
+        else:  # write up to the position this step writes, which fills its block: the allocator hashes it
+            self._write(live, live.computed + step - live.since + 1)
+        if step + self.block_size <= live.last_step:
+            self._at(self.buckets, step + self.block_size, (live.order, kind, live.epoch, live))
+
+    def _write(self, live, stop: int) -> None:
+        if stop > live.written:
+            self.kv._write_through(live.req.request_id, live.view, stop)
+            self.written += stop - live.written
+            live.written = stop
+
+    def finished(self, step: int) -> list:
+        """The members that emit their last token at ``step``, in the order of admission."""
+        events = self.finishing.pop(step, ())
+        return [live for _, epoch, live in sorted(events) if live.epoch == epoch]
+
+    def advance(self) -> None:
+        """The members have run one more step: each computed one more token."""
+        self.context += len(self.members)
+
+    def settle(self, live, step: int) -> None:
+        """Bring ``live`` to the start of ``step``: counters, token steps, and every write so far."""
+        steps = step - live.since
+        if steps:
+            first = live.offset + live.generated
+            self.token_steps[first:first + steps] = array("l", range(live.since, step))
+            live.computed += steps
+            live.generated += steps
+            live.known += steps
+            live.since = step
+        self._write(live, live.computed)
+
+    def leave(self, live, step: int) -> None:
+        """``live`` stops decoding lazily at the start of ``step`` (settled first)."""
+        self.settle(live, step)
+        del self.members[live]
+        self.context -= live.computed
+        self.written -= live.written
+        live.epoch += 1
+
+    def leave_all(self, step: int) -> None:
+        """Every member leaves at the start of ``step``; every event booked is stale then."""
+        for live in list(self.members):
+            self.leave(live, step)
+        self.buckets.clear()
+        self.finishing.clear()
