@@ -160,7 +160,11 @@ class _Server:
         else:
             left, preempted = self.schedule_running()
             remember = False
-        admitted, cached = self.admit(left, remember) if not preempted else (0, 0)
+        waiting = self.waiting
+        if preempted or not waiting or waiting[0] is self.blocked:
+            admitted = cached = 0
+        else:
+            admitted, cached = self.admit(left, remember)
         return preempted, admitted, cached, len(self.scheduled) + (len(cohort) if cohort is not None else 0)
 
     def schedule_decodes(self) -> int:

@@ -252,7 +252,8 @@ class PagedAllocator:
         """:meth:`extend` up to ``stop`` tokens without its checks of the tokens: for the simulator,
         which writes streams of its own making.  :class:`OutOfBlocks` changes nothing."""
         seq = self._seqs[seq_id]
-        if ceil_div(stop, self.block_size) - len(seq.table) > self.pool.num_available:
+        if stop > len(seq.table) * self.block_size and \
+                ceil_div(stop, self.block_size) - len(seq.table) > self.pool.num_available:
             raise OutOfBlocks(f"a write to {stop} tokens needs blocks; {self.pool.num_available} free or cached")
         self._write(seq, tokens, seq.length, stop)
 
