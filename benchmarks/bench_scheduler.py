@@ -171,8 +171,9 @@ def by_blocks(calls: list[tuple], caching: bool = True) -> tuple[list[tuple], di
 
 
 def replay_blocks(calls: list[tuple], streams: dict[int, list[int]], kv: PagedAllocator) -> None:
-    """:func:`by_blocks`'s calls against the book's allocator."""
-    allocate, grow, write, free = kv.allocate, kv._grow, kv._write_through, kv.free
+    """:func:`by_blocks`'s calls against the book's allocator, through the methods the simulator calls
+    (its streams are its own: they are not checked again at every call, as the public methods check them)."""
+    allocate, grow, write, free = kv._allocate, kv._grow, kv._write_through, kv.free
     for op, seq, arg in calls:
         if op == GROW:
             grow(seq)

@@ -243,7 +243,10 @@ def test_cached_blocks_are_evicted_lru_and_only_when_no_free_block_is_left():
 def test_a_hit_is_found_by_hash_alone(monkeypatch):
     # As in vLLM 0.33.0's V1 lookup: no token comparison, so a collision would serve another
     # request's keys and values; that is why the hash is SHA-256.  Patched so every block collides.
-    monkeypatch.setattr(paging.paged_allocator, "block_hash", lambda parent, tokens: b"every block collides")
+    collide = b"every block collides"
+    monkeypatch.setattr(paging.paged_allocator, "block_hash", lambda parent, tokens: collide)
+    monkeypatch.setattr(paging.paged_allocator, "extend_hashes",
+                        lambda hashes, tokens, bs: hashes + [collide] * (len(tokens) // bs - len(hashes)))
     kv = PagedAllocator(num_blocks=8, block_size=2, prefix_caching=True)
     kv.allocate("a", [1, 2, 3])
     assert kv.allocate("b", [7, 8, 9]) == 2
@@ -448,3 +451,15 @@ def test_explorer_reports_bad_input():
         paging_explorer_text(3000, max_len=2048)
     widget = paging_explorer(n_tokens=100)
     assert "1,948 empty" in widget.children[1].value
+
+
+@pytest.mark.parametrize("block_size", [1, 2, 5, 16])
+def test_the_hashes_of_a_prompt_are_the_chain_of_block_hash_from_any_start(block_size):
+    tokens = [(7919 * i) % (2**63 - 1) for i in range(3 * block_size + 2)]
+    chain, parent = [], None
+    for i in range(len(tokens) // block_size):
+        parent = paging.hashing.block_hash(parent, tokens[i * block_size:(i + 1) * block_size])
+        chain.append(parent)
+    for known in range(len(chain) + 1):
+        assert paging.hashing.extend_hashes(chain[:known], tokens, block_size) == chain
+    assert paging.hashing.extend_hashes([], tokens[:block_size - 1], block_size) == []

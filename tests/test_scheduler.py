@@ -159,10 +159,10 @@ class CheckedAllocator(PagedAllocator):
         super()._register_block(seq, i)
         self.hashed_at[seq.table[i].block_id] = (self.server.n_steps, self.writer)
 
-    def allocate(self, seq_id, tokens, **options) -> int:
+    def _allocate(self, seq_id, tokens, **options) -> int:  # what the simulator calls
         self.ops += 1
         self.writer = seq_id
-        cached = super().allocate(seq_id, tokens, **options)
+        cached = super()._allocate(seq_id, tokens, **options)
         table = self.block_table(seq_id)[: cached // self.block_size]
         self.hits.append((self.server.n_steps, table, list(tokens[:cached])))
         return cached

@@ -108,6 +108,8 @@ class _Server:
     def __init__(self, requests: list[Request], kv: PagedAllocator | NaiveAllocator, *, static: bool,
                  max_num_seqs: int, budget: int, chunked: bool, reserve_blocks: int, seconds, lazy: bool) -> None:
         self.kv = kv
+        # The paged allocator's own path for streams it need not check again (the trace was checked once).
+        self.allocate = kv._allocate if isinstance(kv, PagedAllocator) else kv.allocate
         self.static = static
         self.max_num_seqs = max_num_seqs
         self.budget = budget                   # tokens per step
@@ -261,7 +263,7 @@ class _Server:
         """
         if self.static and self.running:
             return 0, 0
-        kv, waiting, running = self.kv, self.waiting, self.running
+        kv, waiting, running, allocate = self.kv, self.waiting, self.running, self.allocate
         admitted = cached_total = 0
         while waiting and budget > 0 and len(running) < self.max_num_seqs:
             live = waiting[0]
@@ -277,8 +279,8 @@ class _Server:
                         self.blocked = live
                     break
             try:
-                cached = kv.allocate(req.request_id, tokens, max_new=None if budget == math.inf else budget,
-                                     reserve=reserve, hashes=live.hashes)
+                cached = allocate(req.request_id, tokens, max_new=None if budget == math.inf else budget,
+                                  reserve=reserve, hashes=live.hashes)
             except OutOfBlocks:
                 if remember:
                     self.blocked = live

@@ -23,6 +23,22 @@ def block_hash(parent: bytes | None, tokens: Sequence[int]) -> bytes:
     return hashlib.sha256((parent or b"") + array("q", tokens).tobytes()).digest()
 
 
+def extend_hashes(hashes: list[bytes], tokens: Sequence[int], block_size: int) -> list[bytes]:
+    """Append to ``hashes`` (the chain of the first blocks of ``tokens``) the :func:`block_hash` of each
+    further full block of ``tokens``; the bytes are converted once for all of them."""
+    first, stop = len(hashes), len(tokens) // block_size
+    if first >= stop:
+        return hashes
+    width = 8 * block_size  # bytes of one block of int64 ids
+    data = array("q", tokens[first * block_size:stop * block_size]).tobytes()
+    parent = hashes[-1] if hashes else b""
+    sha256 = hashlib.sha256
+    for offset in range(0, len(data), width):
+        parent = sha256(parent + data[offset:offset + width]).digest()
+        hashes.append(parent)
+    return hashes
+
+
 def token_ids(tokens: Iterable[int], name: str = "tokens") -> list[int]:
     """``tokens`` as a non-empty list of ints in ``[0, 2**63)``; anything else names the offending entry."""
     if isinstance(tokens, (str, bytes)):

@@ -22,7 +22,7 @@ from ..checks import flag, whole
 from ..units import ceil_div
 from .block_pool import Block, BlockPool
 from .errors import OutOfBlocks, check_new_id, not_allocated
-from .hashing import TOKEN_LIMIT, block_hash, token_ids
+from .hashing import TOKEN_LIMIT, block_hash, extend_hashes, token_ids
 from .usage import PagedUsage
 
 
@@ -128,13 +128,7 @@ class PagedAllocator:
         ``Request.block_hashes``), so a block's hash is computed once however
         often the request is looked up, preempted and readmitted.
         """
-        hashes = [] if hashes is None else hashes
-        bs = self.block_size
-        parent = hashes[-1] if hashes else None
-        for i in range(len(hashes), len(tokens) // bs):
-            parent = block_hash(parent, tokens[i * bs:(i + 1) * bs])
-            hashes.append(parent)
-        return hashes
+        return extend_hashes([] if hashes is None else hashes, tokens, self.block_size)
 
     def _hits(self, tokens: list[int], hashes: list[bytes]) -> list[Block]:
         """The cached blocks a new prompt can reuse: its longest prefix of full blocks in the cache.
@@ -204,8 +198,17 @@ class PagedAllocator:
         """
         check_new_id("seq_id", seq_id, self._seqs)
         tokens = token_ids(tokens)
-        reserve = whole("reserve", reserve, 0)
         self._check_fits_pool(len(tokens))
+        return self._allocate(seq_id, tokens, num_new=num_new, max_new=max_new, reserve=whole("reserve", reserve, 0),
+                              hashes=hashes)
+
+    def _allocate(self, seq_id: Hashable, tokens: list[int], *, num_new: int | None = None,
+                  max_new: int | None = None, reserve: int = 0, hashes: list[bytes] | None = None) -> int:
+        """:meth:`allocate` for a new ``seq_id`` whose ``tokens`` are known to be token ids that fit the pool.
+
+        For the simulator, whose streams are its own and whose requests were checked against the pool
+        once: validating every prompt again at every admission attempt would cost more than the lookup.
+        """
         if self.prefix_caching:
             hashes = self.prefix_hashes(tokens, hashes)
             hits = self._hits(tokens, hashes)
