@@ -2,19 +2,27 @@
 
 Run from the repository root:  python benchmarks/bench_scheduler.py [--repeats 5] [--requests 10000]
 
-1. Allocator, in the call pattern of the scheduler: admit a prompt (hashing its
-   full blocks and looking up the prefix cache), append one decoded token per
-   step, free the request when it finishes.  A seeded sequence of those calls
-   (chat requests, most starting with one of four system prompts) is recorded
-   once and replayed, with prefix caching on, against pools of 768 and 16,384
-   blocks by two managers:
+1. Allocator, in the call pattern of a scheduler: admit a prompt (hashing its
+   full blocks and looking up the prefix cache), one decoded token per step,
+   free the request when it finishes.  A seeded sequence of those calls (chat
+   requests, most starting with one of four system prompts) is recorded once
+   and replayed, with prefix caching on, against pools of 768 and 16,384
+   blocks by:
 
-   - ``PagedAllocator``, the book's (vLLM 0.33.0's V1 semantics);
+   - ``PagedAllocator`` *by blocks*: the calls the book's simulator makes (its
+     decode cohort takes a block when a token starts one, writes and hashes a
+     block when a token fills it, writes the rest before the free; admission
+     through ``_allocate``, which does not check the simulator's own streams
+     again);
+   - ``PagedAllocator`` *by tokens*: the public methods, one ``append`` per
+     decoded token (every argument checked);
    - a block manager in nano-vllm's design, restated here in our own words: a
      deque of free block ids, a dict from a full block's hash to its id, a
      reference count per block; a cache hit on a freed block takes it back
      out of the middle of the deque, which costs time in proportion to the
-     deque's length.  Both hash with the same SHA-256 of the same bytes.
+     deque's length.  One call per decoded token (nano-vllm's scheduler makes
+     two, a check and the append: folding them into one favours this
+     contender).  Every contender hashes with the same SHA-256 of the same bytes.
 
 2. Simulator: :func:`servebook.batching.simulate` on
    ``sample_trace(n, seed=0, arrival_rate=50)`` over 768 blocks of 16 with the
