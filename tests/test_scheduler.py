@@ -191,6 +191,11 @@ class CheckedAllocator(PagedAllocator):
         self.writer = seq_id
         super()._write_through(seq_id, tokens, stop)
 
+    def _fill(self, seq_id, tokens, stop) -> None:
+        self.ops += 1
+        self.writer = seq_id
+        super()._fill(seq_id, tokens, stop)
+
 
 def _check_pool(kv: CheckedAllocator) -> None:
     """Every block used by as many tables as its count says, or free, or cached with a full hashed block."""

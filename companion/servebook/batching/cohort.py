@@ -118,12 +118,17 @@ class DecodeCohort:
 
         A take that finds no block raises :class:`~servebook.paging.OutOfBlocks`, changing nothing.
         """
+        rid = live.req.request_id
         if kind == TAKE:
-            self.kv._grow(live.req.request_id)  # the token itself is written later, with the others
-        else:  # write up to the position this step writes, which fills its block: the allocator hashes it
-            self._write(live, live.computed + step - live.since + 1)
-        if step + self.block_size <= live.last_step:
-            self._at(self.buckets, step + self.block_size, (live.order, kind, live.epoch, live))
+            self.kv._grow(rid)  # the token itself is written later, with the others
+        else:  # the block this step's token fills: its tokens are written, and the allocator hashes it
+            stop = live.computed + step - live.since + 1
+            self.kv._fill(rid, live.view, stop)
+            self.written += stop - live.written
+            live.written = stop
+        following = step + self.block_size  # the same event, one block later
+        if following <= live.last_step:
+            self._at(self.buckets, following, (live.order, kind, live.epoch, live))
 
     def _write(self, live, stop: int) -> None:
         if stop > live.written:
