@@ -156,9 +156,10 @@ class _Server:
         the admissions took from the prefix cache, and how many requests the step runs.
         """
         cohort = self.cohort
-        if cohort is not None and len(cohort) == len(self.running) <= self.budget:  # every one decodes
+        members = cohort.members if cohort is not None else ()
+        if members and len(members) == len(self.running) <= self.budget:  # every one decodes
             preempted = self.schedule_decodes()
-            left, remember = self.budget - len(cohort), True
+            left, remember = self.budget - len(members), True
         else:
             left, preempted = self.schedule_running()
             remember = False
@@ -167,7 +168,7 @@ class _Server:
             admitted = cached = 0
         else:
             admitted, cached = self.admit(left, remember)
-        return preempted, admitted, cached, len(self.scheduled) + (len(cohort) if cohort is not None else 0)
+        return preempted, admitted, cached, len(self.scheduled) + len(members)
 
     def schedule_decodes(self) -> int:
         """The cohort's step: its events in order of admission, preempting when a take finds no block.
@@ -307,7 +308,7 @@ class _Server:
         Returns the step's seconds, the tokens prefilled and decoded, and how many emitted their last token.
         """
         cohort = self.cohort
-        n_cohort = 0 if cohort is None else len(cohort)
+        n_cohort = 0 if cohort is None else len(cohort.members)
         prefill = decode = context = pairs = 0
         for live in self.scheduled:
             new = live.new

@@ -237,17 +237,19 @@ class PagedAllocator:
 
         The caller has checked that the new blocks are available.
         """
-        pool, bs, table = self.pool, self.block_size, seq.table
-        pos = start
+        pool, bs, table, caching = self.pool, self.block_size, seq.table, self.prefix_caching
+        pos, i = start, start // bs
         while pos < stop:
-            i = pos // bs
             if i == len(table):  # the block this position starts (unless _grow took it ahead)
                 table.append(pool.take())
-            end = min(stop, (i + 1) * bs)
+            end = (i + 1) * bs
+            if end > stop:
+                end = stop
             table[i].tokens.extend(tokens[pos:end])
-            pos = end
-            if pos % bs == 0 and self.prefix_caching:
+            if caching and end % bs == 0:
                 self._register_block(seq, i)
+            pos = end
+            i += 1
         pool.tokens_in_use += stop - start
         seq.length = stop
 
