@@ -326,7 +326,11 @@ class _Server:
         n_scheduled = len(self.scheduled) + n_cohort
         dt = self.seconds(prefill + decode, context, pairs, n_scheduled) if n_scheduled else 0.0
         self.clock += dt
-        finished = self._emit_cohort() if n_cohort else 0
+        finished = 0
+        if n_cohort:
+            cohort.advance()  # every member emitted a token
+            if self.n_steps in cohort.finishing:
+                finished = self._finish_members()
         for live in self.scheduled:
             live.new = 0
             if live.computed < live.known:
@@ -347,10 +351,9 @@ class _Server:
         self.n_steps += 1
         return dt, prefill, decode, finished
 
-    def _emit_cohort(self) -> int:
-        """The cohort's members emit their tokens; those that emitted their last leave it, done."""
+    def _finish_members(self) -> int:
+        """The cohort's members that emitted their last token this step leave it, done."""
         cohort, after = self.cohort, self.n_steps + 1
-        cohort.advance()
         done = cohort.finished(self.n_steps)
         for live in done:
             cohort.leave(live, after)
