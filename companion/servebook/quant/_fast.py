@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -90,10 +91,48 @@ def _at_least_1d(*arrays):
     return [a.reshape((1,) + a.shape) if a.ndim == 0 else a for a in arrays]
 
 
+def _constant_run(shape, params):
+    """How many consecutive elements of an array of ``shape`` share one value of every ``param``."""
+    run = 1
+    for axis in range(1, len(shape) + 1):
+        if any(p.ndim >= axis and p.shape[-axis] != 1 for p in params):
+            break
+        run *= shape[-axis]
+    return run
+
+
+@contextmanager
+def _buffers_of(run):
+    """numpy's ufunc buffers no longer than ``run``, the elements that share one set of parameters.
+
+    A buffer longer than a run makes numpy fill it across several runs, copying the broadcast
+    parameters and the operands into it: two to three times the work of the operation itself.
+    The buffer size is the calling thread's own setting; it changes the time, never a result."""
+    old = np.getbufsize()
+    size = max(16, min(old, run - run % 16))
+    if size == old:
+        yield
+        return
+    np.setbufsize(size)
+    try:
+        yield
+    finally:
+        np.setbufsize(old)
+
+
 def _check_finite_block(block):
     # checked block by block, while the block is in the cache, instead of in one more pass
     if not np.isfinite(block).all():
         raise ValueError("x must be finite: it holds NaN or inf")
+
+
+def _codes_shifted_exactly(dtype, qmin, qmax):
+    """Whether ``clip(r + z, qmin, qmax)`` is, bit for bit, ``clip(r, qmin - z, qmax - z) + z`` in ``dtype``.
+
+    True when every integer of ``[qmin, qmax]`` and every difference of two of them is exact
+    in ``dtype``: beyond that range rounding is monotonic, so a code outside it still saturates."""
+    limit = 2 ** (np.finfo(dtype).nmant + 1)
+    return max(-qmin, qmax, qmax - qmin) <= limit
 
 
 def affine_numpy(x, scale, inv_scale, zero_point, qmin, qmax, rounding, out):
@@ -105,23 +144,33 @@ def affine_numpy(x, scale, inv_scale, zero_point, qmin, qmax, rounding, out):
     x_blocks, out_blocks, scale, inv_scale, zero_point = _at_least_1d(x, out, scale, inv_scale, zero_point)
     # clip(round(x/s) + z, qmin, qmax) - z == clip(round(x/s), qmin - z, qmax - z): integers, so exact
     low, high = qmin - zero_point, qmax - zero_point
+    # codes: the shift by z before a clip to the scalar range costs less than a clip to a range per row
+    shift_first = not fake and _codes_shifted_exactly(x.dtype, qmin, qmax)
+    code_range = np.array([qmin, qmax], dtype=x.dtype)
+    run = _constant_run(x_blocks.shape, (scale, zero_point))
 
     def work(first, last):
         buffer = np.empty((min(step, last - first),) + x_blocks.shape[1:], dtype=x.dtype)
         scratch = np.empty_like(buffer) if rounding is Rounding.HALF_UP else None
-        for start in range(first, last, step):
-            rows = slice(start, min(start + step, last))
-            xb = x_blocks[rows]
-            v = out_blocks[rows] if fake else buffer[:len(xb)]
-            np.multiply(xb, _rows(inv_scale, rows), out=v)
-            _check_finite_block(xb)
-            round_inplace(v, rounding, None if scratch is None else scratch[:len(xb)])
-            np.clip(v, _rows(low, rows), _rows(high, rows), out=v)
-            if fake:
-                v *= _rows(scale, rows)
-            else:
-                v += _rows(zero_point, rows)
-                out_blocks[rows] = v
+        with _buffers_of(run):
+            for start in range(first, last, step):
+                rows = slice(start, min(start + step, last))
+                xb = x_blocks[rows]
+                v = out_blocks[rows] if fake else buffer[:len(xb)]
+                np.multiply(xb, _rows(inv_scale, rows), out=v)
+                _check_finite_block(xb)
+                round_inplace(v, rounding, None if scratch is None else scratch[:len(xb)])
+                if shift_first:
+                    np.add(v, _rows(zero_point, rows), out=v)
+                    np.clip(v, code_range[0], code_range[1], out=v)
+                else:
+                    np.clip(v, _rows(low, rows), _rows(high, rows), out=v)
+                if fake:
+                    np.multiply(v, _rows(scale, rows), out=v)
+                elif shift_first:   # integers in [qmin, qmax]: the cast is exact
+                    np.copyto(out_blocks[rows], v, casting="unsafe")
+                else:
+                    np.add(v, _rows(zero_point, rows), out=out_blocks[rows], casting="unsafe")
 
     run_blocks(work, x_blocks.shape[0], step)
     return out
@@ -131,14 +180,16 @@ def dequantize_numpy(codes, scale, zero_point, out):
     """Fill ``out`` with ``s * (q - z)``, block by block."""
     out_blocks, code_blocks, scale, zero_point = _at_least_1d(out, codes, scale, zero_point)
     step = _block_rows(out_blocks)
+    run = _constant_run(out_blocks.shape, (scale, zero_point))
 
     def work(first, last):
-        for start in range(first, last, step):
-            rows = slice(start, min(start + step, last))
-            v = out_blocks[rows]
-            v[...] = code_blocks[rows]
-            v -= _rows(zero_point, rows)
-            v *= _rows(scale, rows)
+        with _buffers_of(run):
+            for start in range(first, last, step):
+                rows = slice(start, min(start + step, last))
+                v = out_blocks[rows]
+                np.copyto(v, code_blocks[rows], casting="unsafe")
+                np.subtract(v, _rows(zero_point, rows), out=v)
+                np.multiply(v, _rows(scale, rows), out=v)
 
     run_blocks(work, out_blocks.shape[0], step)
     return out
