@@ -17,12 +17,15 @@ bit for bit against PyTorch's fake-quantize kernels by the tests.
 
 from __future__ import annotations
 
+import itertools
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 import numpy as np
 
+from ..units import ceil_div
 from ._kinds import is_tensor, torch_module
 from .grid import Rounding
 
@@ -36,20 +39,58 @@ THREADS = max(1, min(_CORES, 8))
 _pool: ThreadPoolExecutor | None = None
 
 
+class _Blocks:
+    """The row ranges ``[start, stop)`` of the blocks of ``n_rows`` rows, handed out one at a time to
+    whichever thread asks next (a thread slowed by another program on its core takes fewer).
+
+    ``stop()`` hands out no more: a thread that found an error ends the others' work early."""
+
+    def __init__(self, n_rows: int, step: int):
+        self._starts = iter(range(0, n_rows, step))
+        self._n_rows, self._step = n_rows, step
+        self._lock = threading.Lock()
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        with self._lock:
+            start = next(self._starts)
+        return start, min(start + self._step, self._n_rows)
+
+    def stop(self) -> None:
+        with self._lock:
+            self._starts = iter(())
+
+
+def _work_or_stop(work, blocks):
+    try:
+        work(blocks)
+    except BaseException:
+        blocks.stop()
+        raise
+
+
 def run_blocks(work, n_rows: int, step: int) -> None:
-    """``work(start, stop)`` over all ``n_rows`` rows, split into one range of whole blocks per thread.
+    """``work(blocks)`` on every thread (the calling one too), each iterating over the shared ``blocks``
+    of ``step`` rows of ``n_rows`` and doing the ``(start, stop)`` ranges it draws.
 
     Small tensors (fewer than two blocks per thread) stay on the calling thread."""
     global _pool
-    n_blocks = -(-n_rows // step)
-    if THREADS == 1 or n_blocks < 2 * THREADS:
-        work(0, n_rows)
+    blocks = _Blocks(n_rows, step)
+    if THREADS == 1 or ceil_div(n_rows, step) < 2 * THREADS:
+        work(blocks)
         return
     if _pool is None:
-        _pool = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="servebook-quant")
-    chunk = -(-n_blocks // THREADS) * step
-    for future in [_pool.submit(work, start, min(start + chunk, n_rows)) for start in range(0, n_rows, chunk)]:
-        future.result()
+        _pool = ThreadPoolExecutor(max_workers=THREADS - 1, thread_name_prefix="servebook-quant")
+    helpers = [_pool.submit(_work_or_stop, work, blocks) for _ in range(THREADS - 1)]
+    try:
+        _work_or_stop(work, blocks)
+    finally:   # the helpers write into the caller's output: wait for them whatever happens here
+        errors = [helper.exception() for helper in helpers]
+    for error in errors:
+        if error is not None:
+            raise error
 
 
 def code_dtype(qmin, qmax, torch_backend=False):
@@ -149,12 +190,11 @@ def affine_numpy(x, scale, inv_scale, zero_point, qmin, qmax, rounding, out):
     code_range = np.array([qmin, qmax], dtype=x.dtype)
     run = _constant_run(x_blocks.shape, (scale, zero_point))
 
-    def work(first, last):
-        buffer = np.empty((min(step, last - first),) + x_blocks.shape[1:], dtype=x.dtype)
+    def work(blocks):
+        buffer = np.empty((min(step, len(x_blocks)),) + x_blocks.shape[1:], dtype=x.dtype)
         scratch = np.empty_like(buffer) if rounding is Rounding.HALF_UP else None
         with _buffers_of(run):
-            for start in range(first, last, step):
-                rows = slice(start, min(start + step, last))
+            for rows in itertools.starmap(slice, blocks):
                 xb = x_blocks[rows]
                 v = out_blocks[rows] if fake else buffer[:len(xb)]
                 np.multiply(xb, _rows(inv_scale, rows), out=v)
@@ -182,10 +222,9 @@ def dequantize_numpy(codes, scale, zero_point, out):
     step = _block_rows(out_blocks)
     run = _constant_run(out_blocks.shape, (scale, zero_point))
 
-    def work(first, last):
+    def work(blocks):
         with _buffers_of(run):
-            for start in range(first, last, step):
-                rows = slice(start, min(start + step, last))
+            for rows in itertools.starmap(slice, blocks):
                 v = out_blocks[rows]
                 np.copyto(v, code_blocks[rows], casting="unsafe")
                 np.subtract(v, _rows(zero_point, rows), out=v)
@@ -193,6 +232,22 @@ def dequantize_numpy(codes, scale, zero_point, out):
 
     run_blocks(work, out_blocks.shape[0], step)
     return out
+
+
+def value_range(array) -> tuple[int, int]:
+    """``(min, max)`` of a non-empty integer array as ints, block by block on the threads."""
+    if not array.flags.c_contiguous:
+        return int(array.min()), int(array.max())
+    flat = array.reshape(-1)
+    lows, highs = [], []
+
+    def work(blocks):
+        for start, stop in blocks:
+            lows.append(flat[start:stop].min())
+            highs.append(flat[start:stop].max())
+
+    run_blocks(work, flat.size, 4 * BLOCK_ELEMENTS)
+    return int(min(lows)), int(max(highs))
 
 
 def empty_like(x, dtype=None):
