@@ -6,15 +6,18 @@
 - The numpy kernels walk the tensor in blocks of rows that stay in the L2 cache across the five or
   six passes of the formula (multiply, round, clip, shift, ...), rounding in place into scratch
   buffers allocated once per call.
+- numpy's own ufunc buffers are kept no longer than a run of elements sharing one scale (a row
+  per channel, a group): longer ones make numpy copy the broadcast scales into them.
 - Large outputs are allocated by numpy, whose allocations ask the kernel for huge pages.
 - The blocks of a large tensor are shared among threads, one per CPU core (as torch's own kernels
-  use its intra-op threads): numpy releases the GIL inside each operation, and every element is
-  computed by the same operations whichever thread runs it.
+  use its intra-op threads), each taking the next block when it is done with one: numpy releases
+  the GIL inside each operation, and every element is computed by the same operations whichever
+  thread runs it.
 
 The arithmetic is the formula's, ``clip(round(x * (1 / s)), qmin - z, qmax - z)``, checked
-bit for bit against PyTorch's fake-quantize kernels by the tests.
+bit for bit against PyTorch's fake-quantize kernels by the tests; codes are computed as
+``clip(round(x * (1 / s)) + z, qmin, qmax)`` wherever the dtype makes that the same numbers.
 """
-
 from __future__ import annotations
 
 import itertools
@@ -185,18 +188,18 @@ def affine_numpy(x, scale, inv_scale, zero_point, qmin, qmax, rounding, out):
     x_blocks, out_blocks, scale, inv_scale, zero_point = _at_least_1d(x, out, scale, inv_scale, zero_point)
     # clip(round(x/s) + z, qmin, qmax) - z == clip(round(x/s), qmin - z, qmax - z): integers, so exact
     low, high = qmin - zero_point, qmax - zero_point
-    # codes: the shift by z before a clip to the scalar range costs less than a clip to a range per row
+    # codes: a shift by z, then a clip to one range for all, costs less than a clip to a range per row
     shift_first = not fake and _codes_shifted_exactly(x.dtype, qmin, qmax)
     code_range = np.array([qmin, qmax], dtype=x.dtype)
     run = _constant_run(x_blocks.shape, (scale, zero_point))
 
     def work(blocks):
-        buffer = np.empty((min(step, len(x_blocks)),) + x_blocks.shape[1:], dtype=x.dtype)
-        scratch = np.empty_like(buffer) if rounding is Rounding.HALF_UP else None
+        values = np.empty((min(step, len(x_blocks)),) + x_blocks.shape[1:], dtype=x.dtype)
+        scratch = np.empty_like(values) if rounding is Rounding.HALF_UP else None
         with _buffers_of(run):
             for rows in itertools.starmap(slice, blocks):
                 xb = x_blocks[rows]
-                v = out_blocks[rows] if fake else buffer[:len(xb)]
+                v = out_blocks[rows] if fake else values[:len(xb)]
                 np.multiply(xb, _rows(inv_scale, rows), out=v)
                 _check_finite_block(xb)
                 round_inplace(v, rounding, None if scratch is None else scratch[:len(xb)])
