@@ -202,12 +202,15 @@ def affine_numpy(x, scale, inv_scale, zero_point, qmin, qmax, rounding, out):
                 v = out_blocks[rows] if fake else values[:len(xb)]
                 np.multiply(xb, _rows(inv_scale, rows), out=v)
                 _check_finite_block(xb)
-                round_inplace(v, rounding, None if scratch is None else scratch[:len(xb)])
+                if scratch is None:
+                    np.rint(v, out=v)
+                else:
+                    round_inplace(v, rounding, scratch[:len(xb)])
                 if shift_first:
                     np.add(v, _rows(zero_point, rows), out=v)
-                    np.clip(v, code_range[0], code_range[1], out=v)
+                    v.clip(code_range[0], code_range[1], out=v)   # np.clip's own wrappers cost as much
                 else:
-                    np.clip(v, _rows(low, rows), _rows(high, rows), out=v)
+                    v.clip(_rows(low, rows), _rows(high, rows), out=v)
                 if fake:
                     np.multiply(v, _rows(scale, rows), out=v)
                 elif shift_first:   # integers in [qmin, qmax]: the cast is exact
