@@ -38,6 +38,9 @@ from .grid import Rounding
 # a 4096 x 4096 matrix: the Python around each block's numpy calls costs about 15 us a block.
 BLOCK_ELEMENTS = 1 << 17
 
+# Runs of shared parameters below this many elements (groups of 64 and less) keep numpy's buffers.
+SHORTEST_BUFFER = 128
+
 _CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 THREADS = max(1, min(_CORES, 8))
 _pool: ThreadPoolExecutor | None = None
@@ -152,9 +155,11 @@ def _buffers_of(run):
 
     A buffer longer than a run makes numpy fill it across several runs, copying the broadcast
     parameters and the operands into it: two to three times the work of the operation itself.
-    The buffer size is the calling thread's own setting; it changes the time, never a result."""
+    Runs shorter than ``SHORTEST_BUFFER`` keep numpy's buffers: the cost of so many short buffers
+    then outweighs the copies.  The buffer size is the calling thread's own setting; it changes
+    the time, never a result."""
     old = np.getbufsize()
-    size = max(16, min(old, run - run % 16))
+    size = old if run < SHORTEST_BUFFER else min(old, run - run % 16)
     if size == old:
         yield
         return
