@@ -7,7 +7,7 @@
   six passes of the formula (multiply, round, clip, shift, ...), rounding in place into scratch
   buffers allocated once per call.
 - numpy's own ufunc buffers are kept no longer than a run of elements sharing one scale (a row
-  per channel, a group): longer ones make numpy copy the broadcast scales into them.
+  per channel, a group of 128 or more): longer ones make numpy copy the broadcast scales into them.
 - Large outputs are allocated by numpy, whose allocations ask the kernel for huge pages.
 - The blocks of a large tensor are shared among threads, one per CPU core (as torch's own kernels
   use its intra-op threads), each taking the next block when it is done with one: numpy releases
@@ -18,6 +18,7 @@ The arithmetic is the formula's, ``clip(round(x * (1 / s)), qmin - z, qmax - z)`
 bit for bit against PyTorch's fake-quantize kernels by the tests; codes are computed as
 ``clip(round(x * (1 / s)) + z, qmin, qmax)`` wherever the dtype makes that the same numbers.
 """
+
 from __future__ import annotations
 
 import itertools
