@@ -123,12 +123,17 @@ def test_products_that_overflow_land_on_the_last_codes(dtype, qmin, qmax, zero_p
 def test_threads_and_block_sizes_change_no_bit(monkeypatch):
     x = _data((257, 130))
     scale, zero_point = _grids(x, 4, Mapping.ASYMMETRIC)["channel 0"]
-    single = [quant.quantize_affine(x, scale, zero_point, 0, 15), quant.fake_quantize_affine(x, scale, zero_point, 0, 15)]
+
+    def results():
+        codes = quant.quantize_affine(x, scale, zero_point, 0, 15)
+        fake = quant.fake_quantize_affine(x, scale, zero_point, 0, 15)
+        return codes, fake, quant.dequantize_affine(codes, scale, zero_point)
+
+    one_block = results()   # 33410 elements: one block, on the calling thread
     for block, threads in [(130, 2), (7 * 130, 3), (64 * 130, 4)]:
         monkeypatch.setattr(_fast, "BLOCK_ELEMENTS", block)
         monkeypatch.setattr(_fast, "THREADS", threads)
-        again = [quant.quantize_affine(x, scale, zero_point, 0, 15), quant.fake_quantize_affine(x, scale, zero_point, 0, 15)]
-        assert all(_same_bits(a, b) for a, b in zip(single, again, strict=True))
+        assert all(_same_bits(a, b) for a, b in zip(one_block, results(), strict=True))
 
 
 def test_every_row_is_worked_on_once(small_blocks):
@@ -141,7 +146,7 @@ def test_an_error_in_one_block_stops_the_others_and_reaches_the_caller(small_blo
     done = []
 
     def work(blocks):
-        for start, stop in blocks:
+        for start, _ in blocks:
             if start == 21:
                 raise ValueError("block 21")
             done.append(start)
