@@ -204,8 +204,8 @@ def dequantize(codes, qparams: QParams, *, dtype=None):
     if not is_tensor(codes):
         codes = np.asarray(codes)
     if size(codes) and is_integer_array(codes):
-        view = _fast.numpy_view(codes)     # numpy's min/max of small integers are much faster than torch's
-        low, high = (int(codes.min()), int(codes.max())) if view is None else (int(view.min()), int(view.max()))
+        view = _fast.numpy_view(codes) if is_tensor(codes) else codes   # numpy's min/max beat torch's
+        low, high = (int(codes.min()), int(codes.max())) if view is None else _fast.value_range(view)
         if low < qparams.qmin or high > qparams.qmax:
             raise ValueError(f"codes must lie in [{qparams.qmin}, {qparams.qmax}] for {qparams.bits} bits "
                              f"{qparams.mapping.name}, got values in [{low}, {high}]")
