@@ -83,6 +83,11 @@ BAD = [
     (lambda: kvquant.scheme("fp4"), ValueError, "scheme must be one of"),
     (lambda: kvquant.fake_quantize_kv(np.ones((2, 4)), torch.ones(2, 4), "fp8"), TypeError, "keys must be"),
     (lambda: kvquant.hadamard(12), ValueError, "power of two"),
+    # a zero point float32 does not hold would shift 32-bit codes (2**31 - 4 rounds to 2**31, which wrapped)
+    (lambda: quant.quantize_affine(np.float32([1e9]), 1.0, 2**31 - 4, -(2**31), 2**31 - 1), ValueError,
+     "zero_point: codes from .* float32"),
+    (lambda: quant.fake_quantize_affine(torch.tensor([1e9]), 1.0, 2**31 - 4, -(2**31), 2**31 - 1), ValueError,
+     "zero_point: codes from"),
 ]
 
 

@@ -200,6 +200,22 @@ def _float_params(x, scale, zero_point):
             _broadcastable(zero_point, x_shape, "zero_point"))
 
 
+def _check_zero_point_exact(zero_point, dtype, qmin: int, qmax: int) -> None:
+    """The codes are computed in ``x``'s float ``dtype``: a code range wider than the integers it holds
+    exactly (2**24 in float32, 2**53 in float64) needs a zero point it holds, or the codes shift silently."""
+    exact = 2 ** (np.finfo(dtype).nmant + 1)
+    if max(-qmin, qmax) <= exact:
+        return  # every zero point in [qmin, qmax] is exact (the range check follows)
+    given = np.asarray(zero_point.cpu() if is_tensor(zero_point) else zero_point).ravel()
+    if given.dtype.kind not in "iuf":
+        return  # not numbers: refused by the checks of the parameters
+    held = given.astype(dtype)
+    if any(int(a) != int(b) for a, b in zip(held.tolist(), given.tolist(), strict=True)):
+        raise ValueError(f"zero_point: codes from {qmin} to {qmax} are computed in {np.dtype(dtype).name}, "
+                         f"which holds integers exactly only up to 2**{np.finfo(dtype).nmant + 1}, and a zero "
+                         "point is not one of them; use a zero point it holds, or x in float64")
+
+
 def _affine(x, scale, zero_point, qmin, qmax, rounding, fake):
     """The float and torch paths of quantize (``fake=False``: codes) and fake-quantize (``fake=True``)."""
     python_scalar = np.ndim(x) == 0 and not isinstance(x, np.ndarray) and not is_tensor(x)
@@ -210,6 +226,8 @@ def _affine(x, scale, zero_point, qmin, qmax, rounding, fake):
         if not fake:
             return out
         return out.to(x.dtype) if is_tensor(x) else out.astype(x.dtype)
+    wide = x.dtype == (torch_module().float64 if is_tensor(x) else np.float64)
+    _check_zero_point_exact(zero_point, np.float64 if wide else np.float32, qmin, qmax)
     if is_tensor(x):
         views = _fast.numpy_views(x, scale, zero_point)
         if views is None:   # not on the CPU, or a dtype numpy lacks: torch's own operations
