@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import torch
 
+import servebook
 from servebook import checkpoint, qmodel, quant, smallmodel
 
 compressed_tensors = pytest.importorskip("compressed_tensors")
@@ -45,6 +49,16 @@ def test_a_saved_model_loads_with_compressed_tensors_and_gives_equal_logits(tiny
         theirs, ours = loaded(input_ids=ids).logits, report.model(input_ids=ids).logits
     # the weights are equal bit for bit; the logits differ by what FP16 rounding of W_hat moves
     assert float((theirs - ours).abs().max()) < 0.01 * float(ours.abs().max())
+
+
+def test_a_checkpoint_is_the_same_bytes_wherever_the_book_is_installed(tiny, tmp_path):
+    model, tokenizer, _ = tiny
+    report = qmodel.quantize_model(model, "rtn", bits=4, group_size=128)
+    checkpoint.save_compressed(report.model, tmp_path, tokenizer)
+    installed = str(Path(servebook.__file__).parent)
+    for path in tmp_path.iterdir():
+        assert installed.encode() not in path.read_bytes(), path.name  # no path of this machine
+    assert "_name_or_path" not in json.loads((tmp_path / "config.json").read_text())
 
 
 def test_an_fp8_checkpoint_round_trips_its_weights(tiny, tmp_path):

@@ -105,6 +105,7 @@ def _write(model: nn.Module, directory, state: dict, quantization_config: dict, 
     directory.mkdir(parents=True, exist_ok=True)
     save_file(state, directory / "model.safetensors", metadata={"format": "pt"})
     config = model.config.to_dict()
+    config.pop("_name_or_path", None)  # the folder the weights were read from: of no use elsewhere, never the same
     config["quantization_config"] = quantization_config
     dtypes = {v.dtype for k, v in state.items() if v.is_floating_point() and not k.endswith("weight_scale")}
     config["dtype"] = str(dtypes.pop()).removeprefix("torch.") if len(dtypes) == 1 else config.get("dtype")
