@@ -51,7 +51,7 @@ from ..roofline import StepModel, attention_pairs
 from ..units import ceil_div
 from .cohort import DecodeCohort, TokenStream
 from .results import SimulationResult
-from .traces import Request
+from .traces import Request, checked_trace
 
 POLICIES = ("static", "continuous")
 # Decoding requests advance as a cohort (see _Server); False visits every request every step, which the
@@ -388,26 +388,6 @@ _STEP_FIELDS = ("time_s", "dt", "running", "waiting", "admitted", "preempted", "
                 "blocks_free", "in_flight")
 
 
-def _checked_trace(requests: Sequence[Request], max_len: int) -> list[Request]:
-    requests = list(requests)
-    if not requests:
-        raise ValueError("requests must not be empty")
-    for r in requests:
-        if not isinstance(r, Request):
-            raise TypeError(f"requests must hold Request objects, got {type(r).__name__}")
-    if len({r.request_id for r in requests}) != len(requests):
-        raise ValueError("requests: request_id values must be unique")
-    late = next((i for i in range(1, len(requests)) if requests[i].arrival_s < requests[i - 1].arrival_s), None)
-    if late is not None:
-        raise ValueError(f"requests must be in order of arrival_s: request {requests[late].request_id} "
-                         f"arrives at {requests[late].arrival_s:g} s, before the one listed before it")
-    too_long = [r.request_id for r in requests if r.total_len > max_len]
-    if too_long:
-        raise ValueError(f"requests: {len(too_long)} exceed max_len = {max_len} tokens, the context "
-                         f"(first: id {too_long[0]})")
-    return requests
-
-
 def _kv_cache(allocator: str, requests: list[Request], kv_slots: int, block_size: int, max_len: int,
               watermark: float, prefix_caching: bool) -> tuple[PagedAllocator | NaiveAllocator, int]:
     """The allocator over ``kv_slots`` slots and the blocks an admission leaves free; refuses what never fits."""
@@ -466,7 +446,7 @@ def simulate(requests: Sequence[Request], *, kv_slots: int, policy: str = "conti
                          "without chunked prefill the longest prompt could never be scheduled")
     watermark = interval("watermark", watermark, 0, 1, include_high=False)
     prefix_caching = flag("prefix_caching", prefix_caching)
-    requests = _checked_trace(requests, max_len)
+    requests = checked_trace(requests, max_len)
     seconds = _step_seconds(cost, max_len)
     kv, reserve_blocks = _kv_cache(allocator, requests, kv_slots, block_size, max_len, watermark, prefix_caching)
     server = _Server(requests, kv, static=policy == "static", max_num_seqs=max_num_seqs, budget=budget,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -121,6 +121,28 @@ def sample_trace(n_requests: int, *, seed: int = 0, prompt_mean: float = 160.0, 
                 prefix_group=int(groups[i]), prefix_len=min(shared_prefix_len, int(prompts[i])))
         for i in range(n_requests)
     ]
+
+
+def checked_trace(requests: Sequence[Request], max_len: int) -> list[Request]:
+    """``requests`` as a list a server can run: Request objects, unique ids, in order of arrival, none
+    longer than ``max_len``; anything else a ``ValueError``/``TypeError`` naming what is wrong."""
+    requests = list(requests)
+    if not requests:
+        raise ValueError("requests must not be empty")
+    for r in requests:
+        if not isinstance(r, Request):
+            raise TypeError(f"requests must hold Request objects, got {type(r).__name__}")
+    if len({r.request_id for r in requests}) != len(requests):
+        raise ValueError("requests: request_id values must be unique")
+    late = next((i for i in range(1, len(requests)) if requests[i].arrival_s < requests[i - 1].arrival_s), None)
+    if late is not None:
+        raise ValueError(f"requests must be in order of arrival_s: request {requests[late].request_id} "
+                         f"arrives at {requests[late].arrival_s:g} s, before the one listed before it")
+    too_long = [r.request_id for r in requests if r.total_len > max_len]
+    if too_long:
+        raise ValueError(f"requests: {len(too_long)} exceed max_len = {max_len} tokens, the context "
+                         f"(first: id {too_long[0]})")
+    return requests
 
 
 _TRACE_FIELDS = ("request_id", "arrival_s", "prompt_len", "output_len", "prefix_group", "prefix_len")
