@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from servebook import memory, models, roofline
 from servebook.book import scenarios
-from servebook.book.speedup import weight_scheme_speedup
+from servebook.roofline import weight_scheme_speedup
 from servebook.units import GB, GiB, MiB
 
 ROOT = Path(__file__).resolve().parents[1]

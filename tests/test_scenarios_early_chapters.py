@@ -7,8 +7,8 @@ from servebook import batching, gpus, memory, paging, roofline
 from servebook.book import scenarios
 from servebook.book.figures import paging as paging_figures
 from servebook.book.figures import prefill as prefill_figures
-from servebook.book.speedup import weight_scheme_speedup
-from servebook.book.tail_waste import mean_tail_waste, tail_share
+from servebook.paging import mean_tail_waste, tail_share
+from servebook.roofline import weight_scheme_speedup
 from servebook.units import GB, GiB
 
 # ---------------------------------------------------------------- chapter 01

@@ -22,7 +22,8 @@ vLLM 0.33.0's V1 engine (``vllm/v1/core/block_pool.py`` vs ``kv_cache_manager.py
   contiguous scheme paging replaces: one region of ``max_len`` slots per request;
 - :mod:`~servebook.paging.closed_forms`: :func:`blocks_needed`,
   :func:`paged_slots`, :func:`paged_waste`, :func:`naive_waste`, the arithmetic
-  of the book's worked examples, which the allocators must agree with;
+  of the book's worked examples, which the allocators must agree with, and
+  :func:`mean_tail_waste`, :func:`tail_share`: what a block size costs a workload;
 - :mod:`~servebook.paging.hashing`: :func:`block_hash`, the chained key of the
   prefix cache, and the checks on token ids;
 - :mod:`~servebook.paging.usage`: :class:`KVUsage` and :class:`PagedUsage`,
@@ -34,7 +35,7 @@ operation on a sequence also touches that sequence's own blocks).
 """
 
 from .block_pool import Block, BlockPool
-from .closed_forms import blocks_needed, naive_waste, paged_slots, paged_waste
+from .closed_forms import blocks_needed, mean_tail_waste, naive_waste, paged_slots, paged_waste, tail_share
 from .errors import OutOfBlocks
 from .hashing import block_hash
 from .naive_allocator import NaiveAllocator
@@ -44,4 +45,5 @@ from .usage import KVUsage, PagedUsage
 __all__ = [
     "Block", "BlockPool", "PagedAllocator", "NaiveAllocator", "OutOfBlocks",
     "KVUsage", "PagedUsage", "blocks_needed", "paged_slots", "paged_waste", "naive_waste", "block_hash",
+    "mean_tail_waste", "tail_share",
 ]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from ..checks import whole
 from ..units import ceil_div
 
@@ -31,3 +33,20 @@ def naive_waste(n_tokens: int, max_len: int) -> int:
     if n_tokens > max_len:
         raise ValueError(f"n_tokens ({n_tokens}) exceeds max_len ({max_len}): the request does not fit its reservation")
     return max_len - n_tokens
+
+
+def mean_tail_waste(lengths: Iterable[int], block_size: int) -> float:
+    """Mean empty slots per request: about ``(block_size - 1) / 2`` when lengths spread evenly over a block."""
+    waste = [paged_waste(n, block_size) for n in lengths]
+    if not waste:
+        raise ValueError("lengths must hold at least one request length")
+    return sum(waste) / len(waste)
+
+
+def tail_share(lengths: Iterable[int], block_size: int) -> float:
+    """Empty slots over reserved slots, summed over all requests (the denominator is what paging reserved):
+    what a block size costs a workload."""
+    lengths = list(lengths)
+    if not lengths:
+        raise ValueError("lengths must hold at least one request length")
+    return sum(paged_waste(n, block_size) for n in lengths) / sum(paged_slots(n, block_size) for n in lengths)

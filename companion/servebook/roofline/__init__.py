@@ -42,7 +42,17 @@ ordinary CUDA cores: fewer bytes, the same tensor-core FLOPs, and extra work.
 from __future__ import annotations
 
 from ..gpus import GPU, GPUS
-from .bounds import Bound, bound, decode_crossover_batch, decode_time, gpu, gpu_table, ridge_point, scheme_bounds
+from .bounds import (
+                     Bound,
+                     bound,
+                     decode_crossover_batch,
+                     decode_time,
+                     gpu,
+                     gpu_table,
+                     ridge_point,
+                     scheme_bounds,
+                     weight_scheme_speedup,
+)
 from .schemes import SCHEMES, Scheme, compute_time, scheme
 from .step import (
                      PHASES,
@@ -61,4 +71,4 @@ from .step import (
 __all__ = ["GPU", "GPUS", "gpu", "ridge_point", "Scheme", "SCHEMES", "scheme", "compute_time", "matmul_params",
            "attention_pairs", "experts_read", "local_view", "attention_flops_per_pair", "StepCost", "StepModel",
            "StepShape", "PHASES", "prefill_step", "decode_step", "Bound", "bound", "decode_crossover_batch",
-           "decode_time", "scheme_bounds", "gpu_table"]
+           "decode_time", "scheme_bounds", "gpu_table", "weight_scheme_speedup"]

@@ -266,3 +266,16 @@ def gpu_table(precisions: tuple[str, ...] = ("fp16", "int8")) -> list[dict[str, 
         row["source"] = g.source
         rows.append(row)
     return rows
+
+
+def weight_scheme_speedup(model: ModelSpec | str, device: GPU | str, tokens: int, weights: str) -> float:
+    """Bound of a ``tokens``-token step with FP16 weights over its bound with ``weights``.
+
+    The step is ``tokens`` one-token sequences: the matmuls of a ``tokens``-token
+    step, without an attention term that grows with ``tokens``², and without a
+    KV cache to read, so only the weights tell the schemes apart.
+    """
+    def step_time(weight_scheme: str) -> float:
+        return bound(prefill_step(model, tokens, 1, weight_scheme), device).time
+
+    return step_time("W16A16") / step_time(weights)

@@ -7,9 +7,8 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import ConnectionPatch, Rectangle
 
-from ...paging import PagedAllocator
+from ...paging import PagedAllocator, mean_tail_waste, tail_share
 from .. import scenarios
-from ..tail_waste import mean_tail_waste, tail_share
 from . import _style
 
 TAIL = "#f0ad4e"  # amber: the empty tail of the last block

@@ -8,7 +8,6 @@ from matplotlib.figure import Figure
 
 from ... import models, roofline
 from .. import scenarios
-from ..speedup import weight_scheme_speedup
 from . import _style
 
 PREFILL = _style.SEQUENCE[3]  # purple: prefill points
@@ -66,7 +65,7 @@ def quant_speedup(case: scenarios.RooflineCase = scenarios.PREFILL_DECODE) -> Fi
         ax.annotate("W16A16 (FP16 weights)", (tokens[-1], 1), xytext=(0, 4), textcoords="offset points",
                     ha="right", color=_style.MUTED, fontsize=9)
         for weights, colour in (("W4A16", _style.WEIGHTS), ("W8A8", _style.ACCENT)):
-            speed = np.array([weight_scheme_speedup(case.spec, device, int(n), weights) for n in tokens])
+            speed = np.array([roofline.weight_scheme_speedup(case.spec, device, int(n), weights) for n in tokens])
             ax.semilogx(tokens, speed, "o-", color=colour, base=2, label=weights, markersize=4)
             ax.annotate(f"×{speed[0]:.2f}", (tokens[0], speed[0]), xytext=(6, 4), textcoords="offset points",
                         color=colour, fontsize=9)
