@@ -74,9 +74,6 @@ class DecodeCohort:
         self.context = 0
         self.written = 0  # sum over members of the tokens the allocator holds for them
 
-    def __len__(self) -> int:
-        return len(self.members)
-
     @property
     def pending_writes(self) -> int:
         return self.context - self.written

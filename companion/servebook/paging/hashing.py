@@ -20,7 +20,11 @@ def block_hash(parent: bytes | None, tokens: Sequence[int]) -> bytes:
     hand one request another's KV cache; vLLM moved from Python's ``hash()`` to
     SHA-256 for that reason.
     """
-    return hashlib.sha256((parent or b"") + array("q", tokens).tobytes()).digest()
+    return _chained(parent or b"", array("q", tokens).tobytes())
+
+
+def _chained(parent: bytes, block: bytes) -> bytes:
+    return hashlib.sha256(parent + block).digest()
 
 
 def extend_hashes(hashes: list[bytes], tokens: Sequence[int], block_size: int) -> list[bytes]:
@@ -32,9 +36,8 @@ def extend_hashes(hashes: list[bytes], tokens: Sequence[int], block_size: int) -
     width = 8 * block_size  # bytes of one block of int64 ids
     data = array("q", tokens[first * block_size:stop * block_size]).tobytes()
     parent = hashes[-1] if hashes else b""
-    sha256 = hashlib.sha256
     for offset in range(0, len(data), width):
-        parent = sha256(parent + data[offset:offset + width]).digest()
+        parent = _chained(parent, data[offset:offset + width])
         hashes.append(parent)
     return hashes
 

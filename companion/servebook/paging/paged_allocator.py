@@ -254,12 +254,13 @@ class PagedAllocator:
         seq.length = stop
 
     def _write_through(self, seq_id: Hashable, tokens: Sequence[int], stop: int) -> None:
-        """:meth:`extend` up to ``stop`` tokens without its checks of the tokens: for the simulator,
+        """:meth:`extend` up to ``stop`` tokens without its checks of the arguments: for the simulator,
         which writes streams of its own making.  :class:`OutOfBlocks` changes nothing."""
         seq = self._seqs[seq_id]
-        if stop > len(seq.table) * self.block_size and \
-                ceil_div(stop, self.block_size) - len(seq.table) > self.pool.num_available:
-            raise OutOfBlocks(f"a write to {stop} tokens needs blocks; {self.pool.num_available} free or cached")
+        if stop > len(seq.table) * self.block_size:
+            need = ceil_div(stop, self.block_size) - len(seq.table)
+            if need > self.pool.num_available:
+                raise OutOfBlocks(f"{need} new blocks needed, {self.pool.num_available} free or cached")
         self._write(seq, tokens, seq.length, stop)
 
     def _fill(self, seq_id: Hashable, tokens: Sequence[int], stop: int) -> None:
@@ -299,11 +300,8 @@ class PagedAllocator:
         last = seq.table[-1] if seq.table else None
         if last is not None and last.ref_count > 1 and start % self.block_size:
             raise ValueError(f"seq_id {seq_id!r} shares its last block: append() copies it first")
-        need = ceil_div(start + num_new, self.block_size) - len(seq.table)
-        if need > self.pool.num_available:
-            raise OutOfBlocks(f"{need} new blocks needed, {self.pool.num_available} free or cached")
         token_ids(tokens[start:start + num_new])
-        self._write(seq, tokens, start, start + num_new)
+        self._write_through(seq_id, tokens, start + num_new)
 
     # -- decoding
     def can_append(self, seq_id: Hashable) -> bool:

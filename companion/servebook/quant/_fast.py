@@ -30,7 +30,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from ..units import ceil_div
-from ._kinds import is_tensor, torch_module
+from ._kinds import exact_integers, is_tensor, torch_module
 from .grid import Rounding
 
 # Elements per block of the float kernels: a block of float32 (512 KiB) and its scratch stay in
@@ -182,8 +182,7 @@ def _codes_shifted_exactly(dtype, qmin, qmax):
 
     True when every integer of ``[qmin, qmax]`` and every difference of two of them is exact
     in ``dtype``: beyond that range rounding is monotonic, so a code outside it still saturates."""
-    limit = 2 ** (np.finfo(dtype).nmant + 1)
-    return max(-qmin, qmax, qmax - qmin) <= limit
+    return max(-qmin, qmax, qmax - qmin) <= exact_integers(dtype)
 
 
 def affine_numpy(x, scale, inv_scale, zero_point, qmin, qmax, rounding, out):

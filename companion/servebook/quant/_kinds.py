@@ -47,6 +47,11 @@ def is_16_bit(dtype) -> bool:
     return np.dtype(dtype) == np.float16
 
 
+def exact_integers(dtype) -> int:
+    """The largest n such that every integer of [-n, n] is exact in the float ``dtype`` (2**24 in float32)."""
+    return 2 ** (np.finfo(dtype).nmant + 1)
+
+
 def size(x) -> int:
     return x.numel() if is_tensor(x) else np.size(x)
 

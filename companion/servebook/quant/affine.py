@@ -28,7 +28,7 @@ import numpy as np
 
 from ..checks import flag, member, number, positive, whole
 from . import _fast, exact
-from ._kinds import as_float_array, is_16_bit, is_integer_array, is_tensor, shape, torch_module
+from ._kinds import as_float_array, exact_integers, is_16_bit, is_integer_array, is_tensor, shape, torch_module
 from .grid import (
     CODE_LIMITS,
     DEFAULT_EPS,
@@ -203,7 +203,7 @@ def _float_params(x, scale, zero_point):
 def _check_zero_point_exact(zero_point, dtype, qmin: int, qmax: int) -> None:
     """The codes are computed in ``x``'s float ``dtype``: a code range wider than the integers it holds
     exactly (2**24 in float32, 2**53 in float64) needs a zero point it holds, or the codes shift silently."""
-    exact = 2 ** (np.finfo(dtype).nmant + 1)
+    exact = exact_integers(dtype)
     if max(-qmin, qmax) <= exact:
         return  # every zero point in [qmin, qmax] is exact (the range check follows)
     given = np.asarray(zero_point.cpu() if is_tensor(zero_point) else zero_point).ravel()
@@ -212,7 +212,7 @@ def _check_zero_point_exact(zero_point, dtype, qmin: int, qmax: int) -> None:
     held = given.astype(dtype)
     if any(int(a) != int(b) for a, b in zip(held.tolist(), given.tolist(), strict=True)):
         raise ValueError(f"zero_point: codes from {qmin} to {qmax} are computed in {np.dtype(dtype).name}, "
-                         f"which holds integers exactly only up to 2**{np.finfo(dtype).nmant + 1}, and a zero "
+                         f"which holds integers exactly only up to {exact:,}, and a zero "
                          "point is not one of them; use a zero point it holds, or x in float64")
 
 
