@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cache
 
 import torch
 
@@ -32,6 +33,7 @@ from . import memory, models
 from .checks import choice, whole
 from .quant import Mapping, Rounding, choose_qparams, fake_quantize
 from .quant.fp8 import FP8Format, fake_quantize_fp8, fp8_max
+from .units import ceil_div
 
 __all__ = ["SCHEMES", "KVScheme", "scheme", "fake_quantize_kv", "quantized_cache", "calibrated_scales",
            "kv_bytes_per_token",
@@ -73,6 +75,12 @@ def hadamard(n: int, seed: int = 0) -> torch.Tensor:
     n = whole("n", n)
     if n & (n - 1):
         raise ValueError(f"n must be a power of two for a Hadamard matrix, got {n}")
+    return _hadamard(n, whole("seed", seed, 0)).clone()
+
+
+@cache
+def _hadamard(n: int, seed: int) -> torch.Tensor:
+    # Built once per size: the INT4 scheme rotates every key and value vector on every cache read.
     h = torch.ones(1, 1, dtype=torch.float64)
     while h.shape[0] < n:
         h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
@@ -90,7 +98,7 @@ def _per_token_head(x: torch.Tensor, qmax: float, fp8: bool) -> torch.Tensor:
 
 
 def _int4_rotated(x: torch.Tensor) -> torch.Tensor:
-    h = hadamard(x.shape[-1]).to(x.device)
+    h = _hadamard(x.shape[-1], 0).to(x.device)
     r = x.float() @ h
     lo, hi = r.amin(dim=-1, keepdim=True), r.amax(dim=-1, keepdim=True)
     scale = ((hi - lo) / 15).clamp(min=PER_TOKEN_HEAD_FLOOR)
@@ -154,10 +162,10 @@ def kv_bytes_per_token(model, name: str) -> int:
     vectors = 2 * spec.n_layers * spec.n_kv_heads        # one K and one V vector per head per layer
     codes = vectors * spec.head_dim * kv.bits
     if kv.name.startswith("kivi"):
-        return math.ceil((codes + vectors * spec.head_dim * 32 / kv.group) / 8)
+        return ceil_div(codes + ceil_div(vectors * spec.head_dim * 32, kv.group), 8)
     if kv.name == "auto":
         return memory.kv_bytes_per_token(spec, "fp16")
-    return math.ceil(codes / 8) + vectors * kv.scale_bytes_per_token_head
+    return ceil_div(codes, 8) + vectors * kv.scale_bytes_per_token_head
 
 
 def attention_error(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, name: str, *, k_scale: float = 1.0,

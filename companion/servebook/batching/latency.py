@@ -52,7 +52,7 @@ def inter_token_latencies(result: SimulationResult) -> np.ndarray:
     gaps = np.diff(times)
     starts = result.token_offsets[1:-1] - 1  # the gap from one request's last token to the next's first
     keep = np.ones(gaps.size, dtype=bool)
-    keep[starts[starts >= 0]] = False
+    keep[starts] = False
     return gaps[keep]
 
 

@@ -144,8 +144,7 @@ def time_per_output_token(requests: dict[str, np.ndarray]) -> np.ndarray:
     tokens after the first, so that TTFT + (n - 1) TPOT is the end-to-end latency.
     """
     gaps = requests["output_len"] - 1
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(gaps > 0, (requests["finish_s"] - requests["first_token_s"]) / np.maximum(gaps, 1), np.nan)
+    return np.where(gaps > 0, (requests["finish_s"] - requests["first_token_s"]) / np.maximum(gaps, 1), np.nan)
 
 
 def _percentile(values: np.ndarray, q: float) -> float:

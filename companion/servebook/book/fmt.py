@@ -15,7 +15,7 @@ from ..units import fmt_both, fmt_bytes
 
 __all__ = ["WIDTH", "size", "both", "pct", "change", "num", "table", "wrap"]
 
-WIDTH = 75
+WIDTH = plain.WIDTH
 """Columns of a page's output block: what a code cell prints fits in this many characters."""
 
 size = fmt_bytes

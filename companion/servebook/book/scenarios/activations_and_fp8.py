@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ... import gpus, memory, models
+from ...parallel import GPU_MEMORY_UTILIZATION
+from ...parallel.reserve import Server
 from ...roofline import Scheme
 
 FP8_SCHEME = Scheme("W8A8-FP8", "fp8", "fp8")
@@ -20,7 +22,7 @@ class KVServingCase:
     gpu: str = "h100-sxm"
     context: int = 32_768
     weights_dtype: str = "fp16"
-    gpu_fraction: float = 0.92          # vLLM 0.33.0's gpu_memory_utilization default, of total memory
+    gpu_fraction: float = GPU_MEMORY_UTILIZATION  # vLLM 0.33.0's default share of total memory
 
     @property
     def spec(self):
@@ -35,7 +37,7 @@ class KVServingCase:
         return f"{self.spec.display_name} on {self.device.display_name}"
 
     def budget(self) -> int:
-        return int(self.device.memory * self.gpu_fraction)
+        return Server(gpu_memory_utilization=self.gpu_fraction).budget(self.device.memory)
 
     def per_request(self, scheme: str) -> int:
         from ...kvquant import kv_bytes_per_token

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ... import batching
+from ...checks import lookup
 from .continuous_batching import BATCHING_SERVER
 
 LATENCY_RATES = (1.0, 2.0, 4.0, 6.0, 8.0)
@@ -23,7 +24,10 @@ class ServerConfig:
     options: tuple[tuple[str, object], ...]
 
     def simulate(self, trace) -> batching.SimulationResult:
-        return BATCHING_SERVER.simulate(trace, **(latency_limits() | dict(self.options)))
+        return BATCHING_SERVER.simulate(trace, **self.scheduler_options())
+
+    def scheduler_options(self) -> dict:
+        return latency_limits() | dict(self.options)
 
 
 LATENCY_CONFIGS: tuple[ServerConfig, ...] = (
@@ -51,10 +55,15 @@ def chat_trace(arrival_rate: float, n_requests: int = 150, seed: int = 11) -> tu
 
 
 @lru_cache(maxsize=64)
+def _served(arrival_rate: float, options: tuple[tuple[str, object], ...]) -> batching.SimulationResult:
+    # One cache for every run of the chapter: the sweep's servers and the caps table share runs.
+    return BATCHING_SERVER.simulate(chat_trace(arrival_rate), **dict(options))
+
+
 def latency_run(label: str, arrival_rate: float) -> batching.SimulationResult:
     """One server of :data:`LATENCY_CONFIGS` (by label) on :func:`chat_trace` at ``arrival_rate``."""
-    config = next(c for c in LATENCY_CONFIGS if c.label == label)
-    return config.simulate(chat_trace(arrival_rate))
+    config = lookup("server", label, {c.label: c for c in LATENCY_CONFIGS}, key=str)
+    return _served(arrival_rate, tuple(sorted(config.scheduler_options().items())))
 
 
 def latency_sweep() -> dict[tuple[str, float], batching.SimulationResult]:
@@ -62,9 +71,8 @@ def latency_sweep() -> dict[tuple[str, float], batching.SimulationResult]:
     return {(c.label, rate): latency_run(c.label, rate) for c in LATENCY_CONFIGS for rate in LATENCY_RATES}
 
 
-@lru_cache(maxsize=8)
 def budget_run(max_num_batched_tokens: int, max_num_seqs: int = 256,
                arrival_rate: float = 4.0) -> batching.SimulationResult:
     """The chunked server at one rate with other caps: what the token budget and the sequence cap trade."""
     options = latency_limits() | dict(max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs)
-    return BATCHING_SERVER.simulate(chat_trace(arrival_rate), **options)
+    return _served(arrival_rate, tuple(sorted(options.items())))
