@@ -8,6 +8,7 @@ computes it has run or is the current one, beside the pool's invariants.
 
 from __future__ import annotations
 
+import math
 import random
 from collections import Counter
 
@@ -81,9 +82,20 @@ def test_per_token_times_give_ttft_tpot_and_end_to_end_latency():
     assert itl.size == int((n - 1).sum()) and np.all(itl > 0)
     # Every inter-token gap is at least one step, so at least the weight read.
     assert itl.min() >= cost.weight_bytes / cost.gpu.bandwidth
-    summary = result.summary()
+    summary = result.summary()  # its percentiles are the latency module's, of the same latencies
     assert summary.ttft_p50_s == batching.percentiles(lat["ttft_s"])[50]
-    assert summary.tpot_p99_s == pytest.approx(batching.percentiles(lat["tpot_s"])[99])
+    assert summary.tpot_p99_s == batching.percentiles(lat["tpot_s"])[99]
+    assert summary.latency_p90_s == batching.percentiles(lat["e2e_s"])[90]
+
+
+def test_one_token_answers_have_no_tpot():
+    trace = [Request(i, 0.1 * i, 8, 1) for i in range(4)]
+    result = simulate(trace, kv_slots=256, max_len=64)
+    summary = result.summary()
+    assert math.isnan(summary.tpot_p50_s) and math.isnan(summary.tpot_p99_s) and summary.ttft_p50_s > 0
+    with pytest.raises(ValueError, match="no number"):
+        batching.percentiles(batching.request_latencies(result)["tpot_s"])
+    assert batching.percentiles([float("nan")], (50,), empty=-1.0) == {50: -1.0}
 
 
 def test_goodput_counts_the_requests_that_meet_the_slo():

@@ -16,11 +16,14 @@ Per-token times come from per-step arrays (:attr:`SimulationResult.token_steps`)
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..checks import positive
-from .results import SimulationResult, time_per_output_token
+
+if TYPE_CHECKING:  # results imports these definitions for its summary
+    from .results import SimulationResult
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,16 @@ class SLO:
     def __post_init__(self) -> None:
         positive("ttft_s", self.ttft_s)
         positive("tpot_s", self.tpot_s)
+
+
+def time_per_output_token(requests: dict[str, np.ndarray]) -> np.ndarray:
+    """Per request, (finish - first token) / (output tokens - 1); NaN for a one-token answer.
+
+    TPOT as vLLM's benchmarks define it: the mean gap between a request's
+    tokens after the first, so that TTFT + (n - 1) TPOT is the end-to-end latency.
+    """
+    gaps = requests["output_len"] - 1
+    return np.where(gaps > 0, (requests["finish_s"] - requests["first_token_s"]) / np.maximum(gaps, 1), np.nan)
 
 
 def request_latencies(result: SimulationResult) -> dict[str, np.ndarray]:
@@ -56,12 +69,19 @@ def inter_token_latencies(result: SimulationResult) -> np.ndarray:
     return gaps[keep]
 
 
-def percentiles(values: np.ndarray, qs: tuple[float, ...] = (50, 90, 99)) -> dict[float, float]:
-    """The ``qs`` percentiles of ``values``, NaNs (one-token answers' TPOT) left out."""
+def percentiles(values: np.ndarray, qs: tuple[float, ...] = (50, 90, 99), *,
+                empty: float | None = None) -> dict[float, float]:
+    """The ``qs`` percentiles of ``values``, NaNs (one-token answers' TPOT) left out.
+
+    With no number left, ``ValueError``; or, if ``empty`` is given, that value for every
+    percentile (a run summary of one-token answers has no TPOT, and says NaN).
+    """
     values = np.asarray(values, dtype=float)
     values = values[~np.isnan(values)]
     if not values.size:
-        raise ValueError("values holds no number")
+        if empty is None:
+            raise ValueError("values holds no number")
+        return dict.fromkeys(qs, float(empty))
     return {q: float(np.percentile(values, q)) for q in qs}
 
 

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .latency import percentiles, request_latencies
+
 
 @dataclass(frozen=True)
 class Summary:
@@ -117,36 +119,21 @@ class SimulationResult:
         dt = s["dt"]
         total_time = float(dt.sum())
         token_share, reserved_share, pool_token_share = self.kv_shares()
-        latency = r["finish_s"] - r["arrival_s"]
+        lat = request_latencies(self)
+        latency = lat["e2e_s"]
+        e2e, ttft = percentiles(latency), percentiles(lat["ttft_s"], (50, 99))
+        tpot = percentiles(lat["tpot_s"], (50, 99), empty=float("nan"))
         makespan = float(r["finish_s"].max() - r["arrival_s"].min())
         out_tokens = int(r["output_len"].sum())
-        ttft = r["first_token_s"] - r["arrival_s"]
-        tpot = time_per_output_token(r)
         return Summary(
             policy=self.policy, allocator=self.allocator, n_requests=len(latency), iterations=len(dt),
             makespan_s=makespan, output_tokens=out_tokens,
             throughput_tokens_s=out_tokens / makespan, requests_per_s=len(latency) / makespan,
             mean_running=float((s["running"] * dt).sum() / total_time), peak_running=int(s["running"].max()),
             kv_token_share=token_share, kv_reserved_share=reserved_share, kv_pool_token_share=pool_token_share,
-            latency_p50_s=float(np.percentile(latency, 50)), latency_p90_s=float(np.percentile(latency, 90)),
-            latency_p99_s=float(np.percentile(latency, 99)),
-            ttft_p50_s=float(np.percentile(ttft, 50)), ttft_p99_s=float(np.percentile(ttft, 99)),
-            tpot_p50_s=_percentile(tpot, 50), tpot_p99_s=_percentile(tpot, 99),
+            latency_p50_s=e2e[50], latency_p90_s=e2e[90], latency_p99_s=e2e[99],
+            ttft_p50_s=ttft[50], ttft_p99_s=ttft[99], tpot_p50_s=tpot[50], tpot_p99_s=tpot[99],
             normalized_latency_s=float(np.mean(latency / r["output_len"])),
             preemptions=int(r["preemptions"].sum()), recomputed_tokens=int(r["recomputed_tokens"].sum()),
         )
 
-
-def time_per_output_token(requests: dict[str, np.ndarray]) -> np.ndarray:
-    """Per request, (finish - first token) / (output tokens - 1); NaN for a one-token answer.
-
-    TPOT as vLLM's benchmarks define it: the mean gap between a request's
-    tokens after the first, so that TTFT + (n - 1) TPOT is the end-to-end latency.
-    """
-    gaps = requests["output_len"] - 1
-    return np.where(gaps > 0, (requests["finish_s"] - requests["first_token_s"]) / np.maximum(gaps, 1), np.nan)
-
-
-def _percentile(values: np.ndarray, q: float) -> float:
-    values = values[~np.isnan(values)]
-    return float(np.percentile(values, q)) if values.size else float("nan")
