@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from servebook import memory, models, roofline
@@ -147,17 +147,18 @@ def test_decode_bound_is_memory_side_below_the_ridge(model, gpu, batch, context)
 @given(model=model_names, gpu=gpu_names, batch=st.integers(1, 64), context=st.integers(0, 4096),
        steps=st.integers(0, 60), weights=st.sampled_from(sorted(roofline.SCHEMES)))
 def test_decode_time_is_the_sum_of_step_bounds(model, gpu, batch, context, steps, weights):
+    assume(roofline.runs_on(roofline.gpu(gpu), roofline.scheme(weights)))
     brute = sum(roofline.bound(roofline.decode_step(model, batch, context + j, weights), gpu).time
                 for j in range(steps))
     assert roofline.decode_time(model, gpu, batch, context, steps, weights) == pytest.approx(brute, rel=1e-9)
 
 
-@pytest.mark.parametrize("weights", sorted(roofline.SCHEMES))
-@pytest.mark.parametrize(("model", "gpu", "context"), [("llama-2-13b", "a100-80gb-sxm", 0),
-                                                       ("llama-2-13b", "a100-80gb-sxm", 128),
-                                                       ("llama-3-8b", "h100-sxm", 512),
-                                                       ("llama-3-70b", "h200", 256),
-                                                       ("mistral-7b", "l4", 0)])
+@pytest.mark.parametrize(("model", "gpu", "context", "weights"), [
+    (model, gpu, context, weights)
+    for model, gpu, context in [("llama-2-13b", "a100-80gb-sxm", 0), ("llama-2-13b", "a100-80gb-sxm", 128),
+                                ("llama-3-8b", "h100-sxm", 512), ("llama-3-70b", "h200", 256),
+                                ("mistral-7b", "l4", 0)]
+    for weights in sorted(roofline.SCHEMES) if roofline.runs_on(roofline.gpu(gpu), roofline.scheme(weights))])
 def test_crossover_batch_is_the_first_compute_bound_batch(model, gpu, context, weights):
     cross = roofline.decode_crossover_batch(model, gpu, context, weights)
     if cross is None:  # a sequence's own KV reads outweigh its FLOPs: no batch is compute-bound
@@ -183,15 +184,31 @@ def test_crossover_never_for_long_mha_contexts_and_near_the_ridge_at_zero_contex
 
 @pytest.mark.parametrize("gpu", sorted(roofline.GPUS))
 def test_w4a16_speeds_decode_and_slows_large_prefill_w8a8_speeds_both(gpu):
-    dec = {s: roofline.bound(roofline.decode_step(LLAMA13, 1, 512, s), gpu).time for s in roofline.SCHEMES}
-    pre = {s: roofline.bound(roofline.prefill_step(LLAMA13, 16, 2048, s), gpu).time for s in roofline.SCHEMES}
+    g = roofline.gpu(gpu)
+    runs = [s for s in roofline.SCHEMES if roofline.runs_on(g, roofline.scheme(s))]
+    dec = {s: roofline.bound(roofline.decode_step(LLAMA13, 1, 512, s), gpu).time for s in runs}
+    pre = {s: roofline.bound(roofline.prefill_step(LLAMA13, 16, 2048, s), gpu).time for s in runs}
     assert dec["W4A16"] < dec["W8A8"] < dec["W16A16"]
     assert pre["W8A8"] < pre["W16A16"] < pre["W4A16"]
-    # INT8 runs at twice the FP16 rate (four times on a GeForce card, whose FP16 rate is FP32-accumulate's);
-    # attention stays in FP16, so the speed-up comes close to that ratio without reaching it.
-    g = roofline.gpu(gpu)
-    ceiling = g.int8_ops / g.fp16_flops
-    assert 0.9 * ceiling < pre["W16A16"] / pre["W8A8"] <= ceiling
+    # INT8 (and FP8) run at twice the FP16 rate (four times on a GeForce card, whose FP16 rate is
+    # FP32-accumulate's); attention stays in FP16, so the speed-up comes close to that ratio without reaching it.
+    for name, precision in (("W8A8", "int8"), ("W8A8-FP8", "fp8")):
+        if name in runs:
+            ceiling = g.peak(precision) / g.fp16_flops
+            assert 0.9 * ceiling < pre["W16A16"] / pre[name] <= ceiling
+            assert dec[name] == dec["W8A8"]  # one byte a weight either way: decode reads the same bytes
+    assert ("W8A8-FP8" in runs) == (g.fp8 is not None)
+
+
+def test_scheme_bounds_lists_the_schemes_the_gpu_runs():
+    on_a100 = [b.step.scheme.name for b in roofline.scheme_bounds(LLAMA13, A100, "decode", 1, 512)]
+    on_h100 = [b.step.scheme.name for b in roofline.scheme_bounds(LLAMA13, "h100-sxm", "decode", 1, 512)]
+    assert on_a100 == ["W16A16", "W8A8", "W4A16"] and on_h100 == ["W16A16", "W8A8", "W8A8-FP8", "W4A16"]
+    assert roofline.scheme("w8a8-fp8") is roofline.SCHEMES["W8A8-FP8"]
+    with pytest.raises(ValueError, match="has no FP8 tensor cores"):
+        roofline.bound(roofline.prefill_step(LLAMA13, 1, 128, "W8A8-FP8"), A100)
+    with pytest.raises(ValueError, match="precision must be one of"):
+        roofline.gpu(A100).has_tensor_cores("fp64")
 
 
 def test_w4a16_weights_carry_group_scales():

@@ -64,7 +64,8 @@ class Workload:
     output_len_max: the longest output in a batch; a static batch runs until it is
         done.  ``None`` = every output has ``output_len`` tokens.
     batching: ``"static"`` or ``"continuous"`` (the baseline server's).
-    weights: ``"W16A16"``, ``"W8A8"`` or ``"W4A16"`` (the baseline server's).
+    weights: a scheme of :data:`servebook.roofline.SCHEMES` (the baseline server's): ``"W16A16"``,
+        ``"W8A8"``, ``"W8A8-FP8"`` (GPUs with FP8 tensor cores) or ``"W4A16"``.
     kv_dtype: the KV cache's dtype.  overhead: bytes reserved for activations,
         CUDA context and fragmentation (on every GPU).  block_size: tokens per KV block when paged.
     tensor_parallel: GPUs one replica splits the model over, its weights and KV

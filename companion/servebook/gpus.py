@@ -107,10 +107,18 @@ class GPU:
         """Non-tensor FP32 peak, FLOP/s."""
         return self.fp32_tflops * 1e12
 
+    def _tensor_rates(self) -> dict[str, Quoted | None]:
+        return {"fp16": self.fp16, "bf16": self.fp16, "int8": self.int8, "fp8": self.fp8, "fp4": self.fp4}
+
+    def has_tensor_cores(self, precision: str) -> bool:
+        """Whether the GPU has ``"fp16"`` (``"bf16"``), ``"int8"``, ``"fp8"`` or ``"fp4"`` tensor cores."""
+        rates = self._tensor_rates()
+        return rates[choice("precision", precision, rates)] is not None
+
     def peak(self, precision: str = "fp16") -> float:
         """Dense peak of the ``"fp16"`` (``"bf16"``), ``"int8"``, ``"fp8"`` or ``"fp4"`` tensor cores, or the
         ``"fp32"`` CUDA cores; a precision the GPU has no tensor cores for is refused, naming the GPU."""
-        rates = {"fp16": self.fp16, "bf16": self.fp16, "int8": self.int8, "fp8": self.fp8, "fp4": self.fp4}
+        rates = self._tensor_rates()
         if choice("precision", precision, (*rates, "fp32")) == "fp32":
             return self.fp32_flops
         if rates[precision] is None:

@@ -53,7 +53,7 @@ from .bounds import (
                      scheme_bounds,
                      weight_scheme_speedup,
 )
-from .schemes import SCHEMES, Scheme, compute_time, scheme
+from .schemes import SCHEMES, Scheme, compute_time, runs_on, scheme
 from .step import (
                      PHASES,
                      StepCost,
@@ -68,7 +68,7 @@ from .step import (
                      prefill_step,
 )
 
-__all__ = ["GPU", "GPUS", "gpu", "ridge_point", "Scheme", "SCHEMES", "scheme", "compute_time", "matmul_params",
-           "attention_pairs", "experts_read", "local_view", "attention_flops_per_pair", "StepCost", "StepModel",
-           "StepShape", "PHASES", "prefill_step", "decode_step", "Bound", "bound", "decode_crossover_batch",
-           "decode_time", "scheme_bounds", "gpu_table", "weight_scheme_speedup"]
+__all__ = ["GPU", "GPUS", "gpu", "ridge_point", "Scheme", "SCHEMES", "scheme", "runs_on", "compute_time",
+           "matmul_params", "attention_pairs", "experts_read", "local_view", "attention_flops_per_pair", "StepCost",
+           "StepModel", "StepShape", "PHASES", "prefill_step", "decode_step", "Bound", "bound",
+           "decode_crossover_batch", "decode_time", "scheme_bounds", "gpu_table", "weight_scheme_speedup"]

@@ -10,7 +10,7 @@ from ..checks import choice, whole
 from ..gpus import GPU, GPUS
 from ..models import CHUNKED, SLIDING, ModelSpec
 from ..units import GB
-from .schemes import SCHEMES, Scheme, compute_time, scheme
+from .schemes import SCHEMES, Scheme, compute_time, runs_on, scheme
 from .step import StepCost, StepModel, StepShape, decode_step, prefill_step
 
 gpu = gpus.get
@@ -238,13 +238,16 @@ def _roofline_sum(first: Bound, second: Bound, steps: int) -> float:
 
 def scheme_bounds(model: ModelSpec | str, device: GPU | str, step: str, batch: int, tokens: int,
                   kv_dtype: str = "fp16") -> list[Bound]:
-    """The same step under W16A16, W8A8 and W4A16: how each scheme moves each bound.
+    """The same step under every scheme ``device`` can run (:data:`SCHEMES`: W8A8-FP8 only on GPUs with FP8
+    tensor cores): how each scheme moves each bound.
 
     ``step`` is ``"prefill"`` (``tokens`` = prompt length) or ``"decode"``
     (``tokens`` = context length).
     """
     make = prefill_step if choice("step", step, ("prefill", "decode")) == "prefill" else decode_step
-    return [bound(make(model, batch, tokens, name, kv_dtype), device) for name in SCHEMES]
+    device = gpu(device)
+    return [bound(make(model, batch, tokens, recipe, kv_dtype), device)
+            for recipe in SCHEMES.values() if runs_on(device, recipe)]
 
 
 def gpu_table(precisions: tuple[str, ...] = ("fp16", "int8")) -> list[dict[str, object]]:

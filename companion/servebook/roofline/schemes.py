@@ -1,4 +1,5 @@
-"""Weight and activation precision: W16A16, W8A8, W4A16, and the compute time of a step's FLOPs under each."""
+"""Weight and activation precision (W16A16, W8A8 in INT8, W8A8-FP8, W4A16) and the compute time of a
+step's FLOPs under each."""
 
 from __future__ import annotations
 
@@ -36,18 +37,25 @@ class Scheme:
 SCHEMES: dict[str, Scheme] = {
     "W16A16": Scheme("W16A16", "fp16", "fp16"),
     "W8A8": Scheme("W8A8", "int8", "int8"),
+    # FP8 weights and activations, matmuls on the FP8 tensor cores (Ada, Hopper, Blackwell; not the A100)
+    "W8A8-FP8": Scheme("W8A8-FP8", "fp8", "fp8"),
     "W4A16": Scheme("W4A16", "int4", "fp16", group_size=128, dequant_flops_per_weight=2),
 }
 
 
 def scheme(name: Scheme | str) -> Scheme:
-    """Look a scheme up by name (``"W16A16"``, ``"W8A8"``, ``"W4A16"``)."""
+    """Look a scheme up by name (``"W16A16"``, ``"W8A8"``, ``"W8A8-FP8"``, ``"W4A16"``)."""
     if isinstance(name, Scheme):
         return name
     if not isinstance(name, str):
         raise TypeError(f"scheme must be a Scheme or a name, got {type(name).__name__}")
     return lookup("scheme", name, SCHEMES, key=str.upper)
 
+
+
+def runs_on(device: GPU, recipe: Scheme) -> bool:
+    """Whether ``device`` has tensor cores for ``recipe``'s matmuls (W8A8-FP8 needs FP8 ones)."""
+    return device.has_tensor_cores(recipe.matmul_precision)
 
 
 def peak_rates(device: GPU, recipe: Scheme) -> tuple[float, float, float]:

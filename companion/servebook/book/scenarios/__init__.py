@@ -9,7 +9,7 @@ prompts), the choice is made here once, and the chapter says so.
 
 from __future__ import annotations
 
-from .activations_and_fp8 import FP8_SCHEME, KV_SERVING, KVServingCase
+from .activations_and_fp8 import KV_SERVING, KVServingCase
 from .capacity_planning import (
     C9_SEED_WEIGHTS,
     CAPACITY,
@@ -55,7 +55,6 @@ from .prefill_decode import MEMORY_BUCKETS, PREFILL_DECODE, MemoryBuckets, Roofl
 from .quantization_basics import BINARY_TIE, ERROR_SAMPLES, EXAMPLE_OUTLIER, EXAMPLE_RANGE, EXAMPLE_WEIGHT, UNIT_RANGE
 
 __all__ = [
-    "FP8_SCHEME",
     "KVServingCase",
     "KV_SERVING",
     "BATCHING_SERVER",

@@ -1,5 +1,4 @@
-"""Set-ups of the chapter on activations, the KV cache and FP8: one serving case, the FP8 scheme of the
-roofline, and the keys and values of the book's small model."""
+"""Set-ups of the chapter on activations, the KV cache and FP8: one serving case."""
 
 from __future__ import annotations
 
@@ -8,10 +7,6 @@ from dataclasses import dataclass
 from ... import gpus, memory, models
 from ...parallel import GPU_MEMORY_UTILIZATION
 from ...parallel.reserve import Server
-from ...roofline import Scheme
-
-FP8_SCHEME = Scheme("W8A8-FP8", "fp8", "fp8")
-"""FP8 weights and activations, matmuls on the FP8 tensor cores (a roofline scheme, beside W8A8's INT8)."""
 
 
 @dataclass(frozen=True)
