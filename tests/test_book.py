@@ -282,3 +282,10 @@ def test_executing_a_page_twice_gives_the_same_outputs(executed):
     page = ROOT / "chapters" / "continuous-batching.qmd"  # a seeded simulation, figures and tables
     first, second = (_visible_outputs(run(page).notebook) for run in (executed, build.execute_page))
     assert first == second
+
+
+def test_a_power_of_two_is_printed_as_one():
+    assert [fmt.power_of_two(v) for v in (2.0**-6, 2**16, 1, 0.5)] == ["2⁻⁶", "2¹⁶", "2⁰", "2⁻¹"]
+    for bad, error in ((3.0, ValueError), (0.0, ValueError), (-4.0, ValueError), ("8", TypeError)):
+        with pytest.raises(error, match="value"):
+            fmt.power_of_two(bad)

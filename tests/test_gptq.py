@@ -196,3 +196,14 @@ def test_grid_contains_zero_so_one_signed_groups_do_not_saturate(group_size, act
 def test_rounding_default_is_documented():
     """HALF_UP is the default; the reference's torch.round is half-even, and the docstring says so."""
     assert "torch.round" in gptq.gptq_quantize.__doc__ and "HALF_EVEN" in gptq.gptq_quantize.__doc__
+
+
+def test_the_small_models_config_is_the_loaded_models():
+    model, _ = smallmodel.load("tiny-llama")
+    cfg = smallmodel.config("tiny-llama")
+    loaded = {k: v for k, v in model.config.to_dict().items() if k != "dtype"}  # load() casts to float32
+    assert {k: v for k, v in cfg.to_dict().items() if k != "dtype"} == loaded
+    down = model.model.layers[0].mlp.down_proj
+    assert (cfg.hidden_size, cfg.intermediate_size) == (down.out_features, down.in_features)
+    with pytest.raises(TypeError, match="name must be"):
+        smallmodel.config("")

@@ -104,3 +104,24 @@ def test_dequantize_reads_back_scale_times_code():
     assert codes.dtype == torch.float8_e4m3fn
     assert torch.equal(quant.dequantize_fp8(codes, scale), codes.float() * scale)
     assert quant.dequantize_fp8(codes, scale, dtype=torch.bfloat16).dtype == torch.bfloat16
+
+
+@needs_ml_dtypes
+def test_raw_casts_overflow_past_halfway_above_the_largest_value():
+    """The FP8 chapter's trap: where a raw cast stops giving the largest finite value (ties to even)."""
+    for fmt, dtype, ml in ((FP8Format.E5M2, torch.float8_e5m2, "float8_e5m2"),
+                           (FP8Format.E4M3, torch.float8_e4m3fn, "float8_e4m3fn")):
+        values = quant.fp8_values(fmt)
+        top = quant.fp8_max(fmt)
+        tie = float(values[-1] + (values[-1] - values[-2]) / 2)
+        below, above = np.nextafter(np.float32(tie), np.float32(0)), np.nextafter(np.float32(tie), np.float32(1e9))
+        raw_ml = np.array([below, tie, above], np.float32).astype(getattr(ml_dtypes, ml)).astype(np.float32)
+        raw_torch = torch.tensor([below, tie, above]).to(dtype).float()
+        if fmt is FP8Format.E5M2:   # 61,440 rounds up to 2^16, the even neighbour: infinity in both
+            assert (tie, 2 * tie - top) == (61_440.0, 2.0**16)
+            assert raw_ml[0] == raw_torch[0] == top and np.isinf(raw_ml[1:]).all() and torch.isinf(raw_torch[1:]).all()
+        else:                       # 464 rounds to the even 448; past it ml_dtypes gives NaN, torch saturates
+            assert tie == 464.0
+            assert raw_ml[:2].tolist() == [top, top] and np.isnan(raw_ml[2])
+            assert raw_torch.tolist() == [top, top, top]
+    assert torch.finfo(torch.float8_e4m3fn).smallest_normal == 2.0**-6

@@ -20,7 +20,7 @@ import torch
 
 from .checks import whole
 
-__all__ = ["TINY_LLAMA", "dtype_keyword", "load", "heldout_text", "calibration_text", "evaluation_text",
+__all__ = ["TINY_LLAMA", "dtype_keyword", "load", "config", "heldout_text", "calibration_text", "evaluation_text",
            "encode", "calibration_batch", "perplexity", "layer_statistics", "cache_keyword"]
 
 DATA = Path(__file__).parent / "data"
@@ -61,6 +61,15 @@ def load(name: str = "tiny-llama", *, dtype=torch.float32, device: str | torch.d
             hf_logging.enable_progress_bar()
     model.eval()
     return model, tokenizer
+
+
+def config(name: str = "tiny-llama"):
+    """The Hugging Face config of a model :func:`load` reads (its widths, layers, heads), without its weights."""
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"name must be 'tiny-llama', a directory or a Hugging Face Hub id, got {name!r}")
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(_path(name))
 
 
 def cache_keyword(model) -> str:

@@ -6,6 +6,7 @@ so "3.125 GiB", "12.5%" and "+0.4%" look the same on every page.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 
@@ -13,7 +14,7 @@ from .. import checks
 from .. import text as plain
 from ..units import fmt_both, fmt_bytes
 
-__all__ = ["WIDTH", "size", "both", "pct", "change", "num", "table", "wrap"]
+__all__ = ["WIDTH", "size", "both", "pct", "change", "num", "power_of_two", "table", "wrap"]
 
 WIDTH = plain.WIDTH
 """Columns of a page's output block: what a code cell prints fits in this many characters."""
@@ -38,6 +39,17 @@ def change(value: float, reference: float, digits: int = 1) -> str:
 def num(value, digits: int = 6) -> str:
     """A number in its shortest form (``'0.0333333'``, ``'17'``): exact Fractions and floats alike."""
     return f"{float(value):.{digits}g}"
+
+
+_SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def power_of_two(value: float) -> str:
+    """An exact power of two as one, in prose: ``power_of_two(2**-6)`` is ``'2⁻⁶'``."""
+    mantissa, exponent = math.frexp(checks.positive("value", value))
+    if mantissa != 0.5:
+        raise ValueError(f"value must be a power of two, got {value!r}")
+    return "2" + str(exponent - 1).translate(_SUPERSCRIPT)
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[object]], align: str | None = None):
