@@ -2,6 +2,8 @@
 
 from dataclasses import replace
 
+import numpy as np
+
 from servebook import batching, quant
 from servebook.book import scenarios
 from servebook.units import GiB
@@ -50,3 +52,14 @@ def test_the_seeds_grid():
     assert (float(scale), zero_point) == (0.1, 6)
     assert quant.quantize_affine(scenarios.EXAMPLE_WEIGHT, scale, zero_point, 0, 15) == 10
     assert quant.quantize_affine(scenarios.EXAMPLE_OUTLIER, scale, zero_point, 0, 15) == 15
+
+
+def test_the_latency_chapters_chat_traffic_is_what_it_says():
+    chat = scenarios.CHAT
+    trace = scenarios.chat_trace(4.0)
+    assert len(trace) == chat.n_requests
+    assert {r.prefix_len for r in trace} == {chat.system_prompt} and len({r.prefix_group for r in trace}) == 1
+    turns = np.array([r.prompt_len - r.prefix_len for r in trace])
+    answers = np.array([r.output_len for r in trace])
+    # log-normal samples of 150: their means land within a third of the stated ones
+    assert abs(turns.mean() / chat.turn_mean - 1) < 1 / 3 and abs(answers.mean() / chat.answer_mean - 1) < 1 / 3

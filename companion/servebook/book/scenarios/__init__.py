@@ -21,13 +21,15 @@ from .capacity_planning import (
     SeedBudget,
 )
 from .choosing_the_lever import LEVER_SCENARIOS, Scenario
-from .continuous_batching import BATCHING_SERVER, BatchingServer, batching_runs, batching_trace
+from .continuous_batching import BATCH_JOB, BATCHING_SERVER, BatchingServer, BatchTraffic, batching_runs, batching_trace
 from .gptq_awq import OUTLIER_KINDS, planted_outliers, relative_error
 from .kv_cache import KV_7B_CLASS, KV_BUDGET, KV_TOY, KVBudget
 from .latency import (
+    CHAT,
     LATENCY_CONFIGS,
     LATENCY_RATES,
     LATENCY_SLO,
+    ChatTraffic,
     ServerConfig,
     budget_run,
     chat_trace,
@@ -55,9 +57,13 @@ from .prefill_decode import MEMORY_BUCKETS, PREFILL_DECODE, MemoryBuckets, Roofl
 from .quantization_basics import BINARY_TIE, ERROR_SAMPLES, EXAMPLE_OUTLIER, EXAMPLE_RANGE, EXAMPLE_WEIGHT, UNIT_RANGE
 
 __all__ = [
+    "CHAT",
+    "ChatTraffic",
     "KVServingCase",
     "KV_SERVING",
     "BATCHING_SERVER",
+    "BATCH_JOB",
+    "BatchTraffic",
     "BIG_MODEL",
     "BINARY_TIE",
     "BLOCK_SIZE_MIX",

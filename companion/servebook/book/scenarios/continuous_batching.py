@@ -46,13 +46,14 @@ class BatchingServer:
     def simulate(self, trace, **options) -> batching.SimulationResult:
         """Serve ``trace`` on this server: its KV pool, reservations, blocks and step model.
 
-        Chapter 04's server has vLLM's cap of 256 running requests but no token
+        Chapter 04's server has vLLM's cap of running requests for its GPU but no token
         budget (a prompt is prefilled in one step), so that its four runs differ
         only in the policy and the allocator; the latency chapter adds the budget.
         ``options`` (``policy``, ``allocator``, ``watermark``, ``max_num_batched_tokens``, ...)
         go to :func:`servebook.batching.simulate`.
         """
-        options = dict(max_num_batched_tokens=None, watermark=self.watermark) | options
+        options = dict(max_num_seqs=batching.vllm_limits(self.gpu).max_num_seqs, max_num_batched_tokens=None,
+                       watermark=self.watermark) | options
         return batching.simulate(trace, kv_slots=self.kv_slots, max_len=self.max_len, block_size=self.block_size,
                                  cost=self.cost, **options)
 
@@ -61,16 +62,31 @@ BATCHING_SERVER = BatchingServer()
 """Chapter 04's server: Llama-2-13B in FP16 on an A100 40GB, 4 GiB of overhead, 2,048-token reservations."""
 
 
+@dataclass(frozen=True)
+class BatchTraffic:
+    """Chapter 04's traffic: log-normal prompt and output lengths, about those of the vLLM paper's ShareGPT trace."""
+
+    n_requests: int = 1000
+    prompt_mean: int = 160   # tokens
+    output_mean: int = 340   # tokens
+    seed: int = 0
+
+
+BATCH_JOB = BatchTraffic()
+"""The chapter's offline batch job: every request queued at time 0."""
+
+
 @lru_cache(maxsize=8)
-def batching_trace(n_requests: int = 1000, seed: int = 0,
+def batching_trace(n_requests: int = BATCH_JOB.n_requests, seed: int = BATCH_JOB.seed,
                    arrival_rate: float | None = None) -> tuple[batching.Request, ...]:
-    """Chapter 04's traffic: log-normal prompts and outputs (means 160 and 340 tokens).
+    """:data:`BATCH_JOB`'s lengths for ``n_requests`` requests.
 
     All queued at time 0 (an offline batch job), or arriving as a Poisson process of ``arrival_rate``
     requests per second (a live service).
     """
-    return tuple(batching.sample_trace(n_requests, seed=seed, prompt_mean=160, output_mean=340,
-                                       max_len=BATCHING_SERVER.max_len, arrival_rate=arrival_rate))
+    return tuple(batching.sample_trace(n_requests, seed=seed, prompt_mean=BATCH_JOB.prompt_mean,
+                                       output_mean=BATCH_JOB.output_mean, max_len=BATCHING_SERVER.max_len,
+                                       arrival_rate=arrival_rate))
 
 
 @lru_cache(maxsize=4)

@@ -45,13 +45,28 @@ def latency_limits() -> dict:
     return batching.vllm_limits(BATCHING_SERVER.gpu).as_options() | dict(chunked_prefill=True, watermark=0.0)
 
 
+@dataclass(frozen=True)
+class ChatTraffic:
+    """Chat requests: a system prompt every request shares, then a user turn and an answer of
+    log-normal lengths, arriving as a Poisson process."""
+
+    system_prompt: int = 400   # tokens
+    turn_mean: int = 200       # mean tokens of a user turn
+    answer_mean: int = 120     # mean tokens of an answer
+    n_requests: int = 150
+    seed: int = 11
+
+
+CHAT = ChatTraffic()
+"""The latency chapter's traffic."""
+
+
 @lru_cache(maxsize=16)
-def chat_trace(arrival_rate: float, n_requests: int = 150, seed: int = 11) -> tuple[batching.Request, ...]:
-    """Chat traffic: a 400-token system prompt shared by every request, then log-normal
-    user turns (mean 200 tokens) and answers (mean 120), arriving as a Poisson process."""
-    return tuple(batching.sample_trace(n_requests, seed=seed, prompt_mean=200, output_mean=120,
-                                       max_len=BATCHING_SERVER.max_len, arrival_rate=arrival_rate,
-                                       shared_prefix_len=400))
+def chat_trace(arrival_rate: float) -> tuple[batching.Request, ...]:
+    """:data:`CHAT` traffic at ``arrival_rate`` requests per second, on chapter 04's server's context."""
+    return tuple(batching.sample_trace(CHAT.n_requests, seed=CHAT.seed, prompt_mean=CHAT.turn_mean,
+                                       output_mean=CHAT.answer_mean, max_len=BATCHING_SERVER.max_len,
+                                       arrival_rate=arrival_rate, shared_prefix_len=CHAT.system_prompt))
 
 
 @lru_cache(maxsize=64)
