@@ -277,3 +277,12 @@ def test_no_block_is_served_from_the_cache_before_it_is_computed_over_100k_opera
         ops += kv.ops
         hits += kv.prefix_hit_tokens
     assert ops >= 100_000 and hits > 0
+
+
+def test_step_records_are_seconds_in_float64_and_counts_in_int64():
+    result = simulate(sample_trace(30, seed=1, max_len=256), kv_slots=2048, max_len=256)
+    steps = result.steps
+    assert {name for name, column in steps.items() if column.dtype == np.float64} == {"time_s", "dt"}
+    assert all(column.dtype == np.int64 for name, column in steps.items() if name not in ("time_s", "dt"))
+    assert len({column.shape for column in steps.values()}) == 1 and all(c.flags.c_contiguous for c in steps.values())
+    assert np.array_equal(np.cumsum(steps["dt"]) + result.requests["arrival_s"][0], steps["time_s"])
