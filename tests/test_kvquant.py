@@ -29,6 +29,22 @@ def test_per_token_head_schemes_follow_vllms_formulas():
     assert torch.equal(kf, expected)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_per_token_head_scales_are_the_librarys_in_float32_and_int8_rounds_half_away_from_zero(dtype):
+    _, k, v = _kv()
+    k, v = k.to(dtype), v.to(dtype)
+    k[0, 0, 0] = 0                           # an all-zero head vector: the 1e-6 floor
+    kf, _ = kvquant.fake_quantize_kv(k, v, "fp8_per_token_head")
+    scale = quant.choose_fp8_scale(k, axis=(0, 1, 2), floor=1e-6)      # float32, as vLLM computes it
+    assert torch.equal(kf, quant.fake_quantize_fp8(k, scale))
+    k8, _ = kvquant.fake_quantize_kv(k, v, "int8_per_token_head")
+    assert bool(k8.isfinite().all()) and not bool(k8[0, 0, 0].any())
+    # absmax 127: scale 1, so the codes are the values rounded as vLLM's int8 store rounds them
+    ties = torch.tensor([127.0, -2.5, 2.5, -1.5, 0.5, -0.5, 3.25], dtype=dtype).view(1, 1, 1, -1)
+    t8, _ = kvquant.fake_quantize_kv(ties, ties, "int8_per_token_head")
+    assert t8.flatten().tolist() == [127.0, -3.0, 3.0, -2.0, 1.0, -1.0, 3.0]
+
+
 def test_fp8_per_tensor_uses_scale_one_unless_given():
     _, k, v = _kv()
     k1, v1 = kvquant.fake_quantize_kv(k, v, "fp8")

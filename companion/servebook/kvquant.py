@@ -7,8 +7,8 @@ layout of a Hugging Face cache, is stored and read back:
   (``k_scale``, ``v_scale``); vLLM 0.33.0 sets both to 1.0 when the checkpoint carries none
   (``model_executor/layers/attention/attention.py``), so the values are cast as they are.
 - ``fp8_per_token_head``, ``int8_per_token_head``: one scale per token and head,
-  ``max(absmax / qmax, 1e-6)``, symmetric (vLLM's ``triton_reshape_and_cache_flash.py``; INT8
-  rounds half away from zero and clamps to -128..127).
+  ``max(absmax / qmax, 1e-6)`` in float32, symmetric (vLLM's ``triton_reshape_and_cache_flash.py``;
+  INT8 rounds half away from zero and clamps to -128..127).
 - ``int4_per_token_head``: a randomized Hadamard rotation of each head vector, then asymmetric
   INT4 per token and head, ``s = max((max - min) / 15, 1e-6)`` (``int4_per_token_head.py``; vLLM
   hides the zero point in the low bits of the FP32 scale, so it costs no bytes).
@@ -31,8 +31,8 @@ import torch
 
 from . import memory, models
 from .checks import choice, whole
-from .quant import Mapping, Rounding, choose_qparams, fake_quantize
-from .quant.fp8 import FP8Format, fake_quantize_fp8, fp8_max
+from .quant import Mapping, Rounding, choose_qparams, choose_qparams_affine, fake_quantize
+from .quant.fp8 import FP8Format, choose_fp8_scale, fake_quantize_fp8, fp8_max
 from .units import ceil_div
 
 __all__ = ["SCHEMES", "KVScheme", "scheme", "fake_quantize_kv", "quantized_cache", "calibrated_scales",
@@ -88,20 +88,34 @@ def _hadamard(n: int, seed: int) -> torch.Tensor:
     return (h * signs / math.sqrt(n)).float()
 
 
-def _per_token_head(x: torch.Tensor, qmax: float, fp8: bool) -> torch.Tensor:
-    scale = (x.abs().amax(dim=-1, keepdim=True) / qmax).clamp(min=PER_TOKEN_HEAD_FLOOR)
+def _per_token_head(x: torch.Tensor, fp8: bool) -> torch.Tensor:
     if fp8:
+        scale = choose_fp8_scale(x, FP8Format.E4M3, axis=tuple(range(x.ndim - 1)), floor=PER_TOKEN_HEAD_FLOOR)
         return fake_quantize_fp8(x, scale, FP8Format.E4M3)
+    scale, _ = choose_qparams_affine(x.amin(-1, keepdim=True), x.amax(-1, keepdim=True), 8, Mapping.SYMMETRIC,
+                                     eps=PER_TOKEN_HEAD_FLOOR, exact_constant=False)
+    # The codes are vLLM's, not quant.quantize's: _reshape_cache_per_token_head (vLLM 0.33.0,
+    # v1/attention/ops/triton_reshape_and_cache_flash.py) rounds half away from zero, v + 0.5 or
+    # v - 0.5 truncated by the int8 store, which neither Rounding is (HALF_UP sends -2.5 to -2,
+    # HALF_EVEN sends 2.5 to 2); its clamp to -128 never binds, since |v| <= 127.
     v = x.float() * (1.0 / scale)
-    v = torch.where(v >= 0, torch.floor(v + 0.5), torch.ceil(v - 0.5)).clamp(-128, 127)   # half away from 0
+    v = torch.where(v >= 0, torch.floor(v + 0.5), torch.ceil(v - 0.5)).clamp(-128, 127)
     return (v * scale).to(x.dtype)
 
 
 def _int4_rotated(x: torch.Tensor) -> torch.Tensor:
     h = _hadamard(x.shape[-1], 0).to(x.device)
     r = x.float() @ h
-    lo, hi = r.amin(dim=-1, keepdim=True), r.amax(dim=-1, keepdim=True)
-    scale = ((hi - lo) / 15).clamp(min=PER_TOKEN_HEAD_FLOOR)
+    lo = r.amin(dim=-1, keepdim=True)
+    scale, _ = choose_qparams_affine(lo, r.amax(dim=-1, keepdim=True), 4, Mapping.ASYMMETRIC,
+                                     eps=PER_TOKEN_HEAD_FLOOR, exact_constant=False)
+    # The zero point and codes are vLLM's, not the library's (_reshape_cache_int4_kernel, vLLM 0.33.0,
+    # v1/attention/ops/int4_per_token_head.py): it rounds by truncating v + 0.5, which is not
+    # Rounding.HALF_UP's exact rule at the float just below 1/2 (0.5 - 2^-25 + 0.5 rounds to 1.0),
+    # and it adds the zero point before rounding, round(r / s + z), where quant.quantize rounds
+    # first, round(r / s) + z, which can differ in float32.  (floor(v + 0.5) clamped at 0 is vLLM's
+    # where(v >= 0, v + 0.5, v - 0.5) truncated and clamped, for every v.)  Not modelled: vLLM
+    # dequantizes with the scale's low 4 mantissa bits replaced by the zero point, within 2^-19 of s.
     z = -lo / scale
     z = torch.where(z >= 0, torch.floor(z + 0.5), torch.ceil(z - 0.5)).clamp(0, 15)
     q = (torch.floor(r * (1.0 / scale) + z + 0.5)).clamp(0, 15)
@@ -138,10 +152,9 @@ def fake_quantize_kv(keys: torch.Tensor, values: torch.Tensor, name: str, *, k_s
         fmt = FP8Format.E4M3 if kv.name == "fp8" else FP8Format.E5M2
         return fake_quantize_fp8(keys, k_scale, fmt), fake_quantize_fp8(values, v_scale, fmt)
     if kv.name == "fp8_per_token_head":
-        top = fp8_max(FP8Format.E4M3)
-        return _per_token_head(keys, top, True), _per_token_head(values, top, True)
+        return _per_token_head(keys, True), _per_token_head(values, True)
     if kv.name == "int8_per_token_head":
-        return _per_token_head(keys, 127.0, False), _per_token_head(values, 127.0, False)
+        return _per_token_head(keys, False), _per_token_head(values, False)
     if kv.name == "int4_per_token_head":
         return _int4_rotated(keys), _int4_rotated(values)
     return _kivi(keys, kv.bits, kv.group, True), _kivi(values, kv.bits, kv.group, False)
