@@ -17,8 +17,9 @@ layout of a Hugging Face cache, is stored and read back:
   (one grid per group of ``group`` channels of a token); the newest tokens that do not yet fill
   a group stay in 16-bit, KIVI's residual.
 
-:func:`quantized_cache` applies a scheme to a model's cache during generation: it stores
-the 16-bit keys and values and hands attention what the quantized cache would hold.
+:func:`quantized_cache` applies a scheme to a model's cache during generation: beside the 16-bit
+keys and values it keeps what the quantized cache holds (:class:`QuantizedKV`), each token
+quantized once, and hands attention that.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from .quant import Mapping, Rounding, choose_qparams, choose_qparams_affine, fak
 from .quant.fp8 import FP8Format, choose_fp8_scale, fake_quantize_fp8, fp8_max
 from .units import ceil_div
 
-__all__ = ["SCHEMES", "KVScheme", "scheme", "fake_quantize_kv", "quantized_cache", "calibrated_scales",
+__all__ = ["SCHEMES", "KVScheme", "scheme", "fake_quantize_kv", "QuantizedKV", "quantized_cache", "calibrated_scales",
            "kv_bytes_per_token",
            "attention_error", "hadamard"]
 
@@ -192,31 +193,92 @@ def attention_error(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, name: str
     return float((approx - exact).norm() / exact.norm())
 
 
+class QuantizedKV:
+    """One layer's quantized cache, grown as tokens arrive: each token is quantized once and kept.
+
+    :meth:`read` takes the layer's 16-bit keys and values so far (..., tokens, head_dim, the newest
+    last) and returns what attention reads, :func:`fake_quantize_kv` of them, quantizing only what
+    it has not quantized before.  Every scheme quantizes each token by itself, except KIVI's keys:
+    per channel over a group of ``group`` tokens, as soon as the group fills; the newest keys that
+    do not fill one are read in 16 bits.
+    """
+
+    def __init__(self, name: str, k_scale: float = 1.0, v_scale: float = 1.0):
+        self.scheme, self.k_scale, self.v_scale = scheme(name), k_scale, v_scale
+        self.keys = self.values = None     # what is quantized so far (KIVI's keys: the full groups)
+
+    def read(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """What attention reads from the cache whose 16-bit keys and values are ``keys``, ``values``."""
+        if self.scheme.name == "auto":
+            return keys, values
+        tokens = keys.shape[-2]
+        if self.values is not None and (self.values.shape[-2] > tokens or self.values.shape[:-2] != values.shape[:-2]):
+            self.keys = self.values = None   # the 16-bit cache was cut or its batch changed: start over
+        done = 0 if self.values is None else self.values.shape[-2]
+        ready = tokens - tokens % self.scheme.group if self.scheme.name.startswith("kivi") else tokens
+        if done < tokens:
+            done_keys = 0 if self.keys is None else self.keys.shape[-2]
+            new_keys, new_values = fake_quantize_kv(keys[..., done_keys:ready, :], values[..., done:, :],
+                                                    self.scheme.name, k_scale=self.k_scale, v_scale=self.v_scale)
+            self.keys = new_keys if self.keys is None else torch.cat([self.keys, new_keys], dim=-2)
+            self.values = new_values if self.values is None else torch.cat([self.values, new_values], dim=-2)
+        if ready < tokens:
+            return torch.cat([self.keys, keys[..., ready:, :]], dim=-2), self.values
+        return self.keys, self.values
+
+
+# What a Hugging Face cache can do to its 16-bit tensors besides appending to them.
+_REWRITES = ("crop", "reset", "reorder_cache", "batch_select_indices", "batch_repeat_interleave")
 _CACHE_CLASS = None
+
+
+def _forgets(rewrite):
+    def rewrite_and_forget(self, *args, **kwargs):
+        self.quantized.clear()   # requantized from the rewritten 16-bit tensors on the next read
+        return rewrite(self, *args, **kwargs)
+    return rewrite_and_forget
+
+
+def _cache_class():
+    global _CACHE_CLASS
+    if _CACHE_CLASS is None:   # transformers is imported only when a cache is asked for
+        from transformers import DynamicCache
+
+        class QuantizedKVCache(DynamicCache):
+            def __init__(self, *args, **kwargs):
+                self.quantized = {}
+                super().__init__(*args, **kwargs)
+
+            def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+                keys, values = super().update(key_states, value_states, layer_idx, *args, **kwargs)
+                if layer_idx not in self.quantized:
+                    self.quantized[layer_idx] = QuantizedKV(
+                        self.scheme, 1.0 if self.k_scales is None else float(self.k_scales[layer_idx]),
+                        1.0 if self.v_scales is None else float(self.v_scales[layer_idx]))
+                return self.quantized[layer_idx].read(keys, values)
+
+        for name in _REWRITES:
+            if hasattr(DynamicCache, name):
+                setattr(QuantizedKVCache, name, _forgets(getattr(DynamicCache, name)))
+        _CACHE_CLASS = QuantizedKVCache
+    return _CACHE_CLASS
 
 
 def quantized_cache(name: str, k_scales=None, v_scales=None):
     """A Hugging Face ``DynamicCache`` whose ``update`` hands attention the quantized keys and values.
 
     Pass it as the model's cache (``cache=`` from transformers 5.24 on, ``past_key_values=`` before;
-    :func:`servebook.smallmodel.perplexity` picks the keyword).  It keeps the 16-bit tensors and
-    quantizes the whole cache on every read, which is what a quantized cache holds: per-token
-    schemes quantize each token once and for all, KIVI's keys are grouped over 32 tokens as soon
-    as a group is full.  ``k_scales`` / ``v_scales`` (one per layer) are the per-tensor FP8 scales;
-    1.0 when omitted, as in vLLM.
+    :func:`servebook.smallmodel.perplexity` picks the keyword).  Beside the 16-bit tensors it keeps
+    each layer's quantized ones (:class:`QuantizedKV`), as a quantized cache does: a token is
+    quantized once, when it arrives (KIVI's keys once per group of 32, when it fills), so
+    generating T tokens costs O(T) quantization work.  Attention reads :func:`fake_quantize_kv` of
+    the whole cache, bit for bit, except under ``int4_per_token_head``: its Hadamard rotation is a
+    float32 matrix product whose rounding depends on how many tokens are multiplied at once, so a
+    token rotated on arrival can differ from the whole cache's by float rounding, and a code that
+    lay on a rounding boundary by one INT4 step.  Cropping, resetting, reordering or selecting
+    from the cache requantizes its 16-bit tensors on the next read.  ``k_scales`` / ``v_scales``
+    (one per layer) are the per-tensor FP8 scales; 1.0 when omitted, as in vLLM.
     """
-    global _CACHE_CLASS
-    if _CACHE_CLASS is None:   # transformers is imported only when a cache is asked for
-        from transformers import DynamicCache
-
-        class QuantizedKVCache(DynamicCache):
-            def update(self, key_states, value_states, layer_idx, *args, **kwargs):
-                keys, values = super().update(key_states, value_states, layer_idx, *args, **kwargs)
-                k_scale = 1.0 if self.k_scales is None else float(self.k_scales[layer_idx])
-                v_scale = 1.0 if self.v_scales is None else float(self.v_scales[layer_idx])
-                return fake_quantize_kv(keys, values, self.scheme, k_scale=k_scale, v_scale=v_scale)
-
-        _CACHE_CLASS = QuantizedKVCache
-    cache = _CACHE_CLASS()
+    cache = _cache_class()()
     cache.scheme, cache.k_scales, cache.v_scales = scheme(name).name, k_scales, v_scales
     return cache
