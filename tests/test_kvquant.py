@@ -200,3 +200,12 @@ def test_a_cropped_cache_requantizes_what_is_left(tiny):
     read_keys, read_values = cache.update(k, v, 0)
     expected = kvquant.fake_quantize_kv(torch.cat([keys, k], -2), torch.cat([values, v], -2), "kivi4")
     assert torch.equal(read_keys, expected[0]) and torch.equal(read_values, expected[1])
+
+
+def test_a_layers_quantized_cache_refuses_bad_scales_and_schemes():
+    with pytest.raises(ValueError, match="k_scale"):
+        kvquant.QuantizedKV("fp8", k_scale=0.0)
+    with pytest.raises(TypeError, match="v_scale"):
+        kvquant.QuantizedKV("fp8", v_scale="1")
+    with pytest.raises(ValueError, match="scheme must be one of"):
+        kvquant.QuantizedKV("fp4")

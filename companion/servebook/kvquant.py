@@ -31,7 +31,7 @@ from functools import cache
 import torch
 
 from . import memory, models
-from .checks import choice, whole
+from .checks import choice, positive, whole
 from .quant import Mapping, Rounding, choose_qparams, choose_qparams_affine, fake_quantize
 from .quant.fp8 import FP8Format, choose_fp8_scale, fake_quantize_fp8, fp8_max
 from .units import ceil_div
@@ -200,11 +200,13 @@ class QuantizedKV:
     last) and returns what attention reads, :func:`fake_quantize_kv` of them, quantizing only what
     it has not quantized before.  Every scheme quantizes each token by itself, except KIVI's keys:
     per channel over a group of ``group`` tokens, as soon as the group fills; the newest keys that
-    do not fill one are read in 16 bits.
+    do not fill one are read in 16 bits.  (Bit for bit the whole cache's, but for the INT4
+    rotation's float rounding: :func:`quantized_cache` says when.)
     """
 
     def __init__(self, name: str, k_scale: float = 1.0, v_scale: float = 1.0):
-        self.scheme, self.k_scale, self.v_scale = scheme(name), k_scale, v_scale
+        self.scheme = scheme(name)
+        self.k_scale, self.v_scale = positive("k_scale", k_scale), positive("v_scale", v_scale)
         self.keys = self.values = None     # what is quantized so far (KIVI's keys: the full groups)
 
     def read(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
