@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from servebook import actquant, smallmodel
+from servebook import actquant, quant, smallmodel
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +51,22 @@ def test_llm_int8_keeps_outlier_columns_in_float_and_the_rest_in_int8():
     assert layer.outlier_columns == 1
     without = x.clone()
     without[:, 2] = 0
-    expected = actquant._int8_rows(without) @ layer.weight_hat.T + x[:, 2:3] * linear.weight[:, 2]
+    expected = actquant._int8(without, axis=0) @ layer.weight_hat.T + x[:, 2:3] * linear.weight[:, 2]
     assert torch.allclose(out, expected, atol=1e-5)
+
+
+def test_one_int8_rule_serves_weights_per_channel_and_inputs_per_token_or_per_tensor():
+    def int8(t, axis):
+        return quant.fake_quantize(t, quant.choose_qparams(t, 8, "symmetric", axis=axis), "half_even")
+
+    torch.manual_seed(0)
+    linear = nn.Linear(16, 4, bias=False)
+    x = torch.randn(5, 16)
+    for scheme, axis in (("w8a8_token", 0), ("w8a8_tensor", None)):
+        layer = actquant.ActQuantLinear(linear, scheme)
+        assert torch.equal(layer.weight_hat, int8(linear.weight.detach(), 0))
+        assert torch.equal(layer(x), nn.functional.linear(int8(x, axis), layer.weight_hat))
+    assert [name for name in vars(actquant) if name.startswith("_int8")] == ["_int8"]   # one helper, no copies
 
 
 def test_smoothing_factors_balance_the_two_ranges():

@@ -34,7 +34,7 @@ def tiny():
 
 
 @pytest.mark.parametrize(("bits", "group_size", "mapping"), [
-    (4, 128, "asymmetric"), (8, "channel", "symmetric")])
+    (4, 128, "asymmetric"), (4, "channel", "asymmetric"), (8, "channel", "symmetric")])
 def test_a_saved_model_loads_with_compressed_tensors_and_gives_equal_logits(tiny, tmp_path, bits, group_size,
                                                                               mapping):
     model, tokenizer, ids = tiny
@@ -49,6 +49,22 @@ def test_a_saved_model_loads_with_compressed_tensors_and_gives_equal_logits(tiny
         theirs, ours = loaded(input_ids=ids).logits, report.model(input_ids=ids).logits
     # the weights are equal bit for bit; the logits differ by what FP16 rounding of W_hat moves
     assert float((theirs - ours).abs().max()) < 0.01 * float(ours.abs().max())
+
+
+@pytest.mark.parametrize("mapping", ["asymmetric", "symmetric"])
+def test_int4_weights_are_written_as_the_layer_stores_them(tiny, tmp_path, mapping):
+    from safetensors.torch import load_file
+
+    model, _, _ = tiny
+    report = qmodel.quantize_model(model, "rtn", bits=4, group_size=128, mapping=mapping)
+    checkpoint.save_compressed(report.model, tmp_path)
+    tensors = load_file(tmp_path / "model.safetensors")
+    for name in report.layers:
+        layer = report.model.get_submodule(name)
+        written = tensors[f"{name}.weight_packed"]
+        assert torch.equal(written.view(torch.uint8), layer.qweight), name       # the layer's own bytes
+        signed = layer.codes() - (8 if mapping == "asymmetric" else 0)
+        assert torch.equal(written, pack_to_int32(signed.to(torch.int8), 4)), name   # compressed-tensors' packing
 
 
 def test_a_checkpoint_is_the_same_bytes_wherever_the_book_is_installed(tiny, tmp_path):

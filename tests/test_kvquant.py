@@ -29,6 +29,22 @@ def test_per_token_head_schemes_follow_vllms_formulas():
     assert torch.equal(kf, expected)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_per_token_head_scales_are_the_librarys_in_float32_and_int8_rounds_half_away_from_zero(dtype):
+    _, k, v = _kv()
+    k, v = k.to(dtype), v.to(dtype)
+    k[0, 0, 0] = 0                           # an all-zero head vector: the 1e-6 floor
+    kf, _ = kvquant.fake_quantize_kv(k, v, "fp8_per_token_head")
+    scale = quant.choose_fp8_scale(k, axis=(0, 1, 2), floor=1e-6)      # float32, as vLLM computes it
+    assert torch.equal(kf, quant.fake_quantize_fp8(k, scale))
+    k8, _ = kvquant.fake_quantize_kv(k, v, "int8_per_token_head")
+    assert bool(k8.isfinite().all()) and not bool(k8[0, 0, 0].any())
+    # absmax 127: scale 1, so the codes are the values rounded as vLLM's int8 store rounds them
+    ties = torch.tensor([127.0, -2.5, 2.5, -1.5, 0.5, -0.5, 3.25], dtype=dtype).view(1, 1, 1, -1)
+    t8, _ = kvquant.fake_quantize_kv(ties, ties, "int8_per_token_head")
+    assert t8.flatten().tolist() == [127.0, -3.0, 3.0, -2.0, 1.0, -1.0, 3.0]
+
+
 def test_fp8_per_tensor_uses_scale_one_unless_given():
     _, k, v = _kv()
     k1, v1 = kvquant.fake_quantize_kv(k, v, "fp8")
@@ -108,3 +124,88 @@ def test_bad_cache_argument_is_refused(tiny):
     model, ids = tiny
     with pytest.raises(TypeError, match="cache must be a function"):
         smallmodel.perplexity(model, ids, max_windows=1, cache=kvquant.quantized_cache("fp8"))
+
+
+def _generate(model, ids, name, prompt=6, steps=38):
+    """Greedy generation of ``steps`` tokens after ``prompt`` with a quantized cache: every read attention made
+    (layer, keys and values read) with the 16-bit keys and values the cache held then."""
+    cache = kvquant.quantized_cache(name)
+    reads, update = [], cache.update
+
+    def recording(keys, values, layer_idx, *args, **kwargs):
+        read_keys, read_values = update(keys, values, layer_idx, *args, **kwargs)
+        layer = cache.layers[layer_idx]
+        reads.append((layer_idx, read_keys.clone(), read_values.clone(), layer.keys.clone(), layer.values.clone()))
+        return read_keys, read_values
+
+    cache.update = recording
+    keyword = smallmodel.cache_keyword(model)
+    with torch.no_grad():
+        out = model(input_ids=ids[:prompt].unsqueeze(0), use_cache=True, **{keyword: cache})
+        for _ in range(steps):
+            out = model(input_ids=out.logits[:, -1:].argmax(-1), use_cache=True, **{keyword: cache})
+    return reads, cache
+
+
+@pytest.mark.parametrize("name", list(kvquant.SCHEMES))
+def test_each_read_during_generation_is_the_whole_cache_quantized(tiny, name):
+    model, ids = tiny
+    reads, _ = _generate(model, ids, name)
+    arrived = {}    # int4: each token quantized as it arrived, by itself
+    for layer, read_keys, read_values, keys, values in reads:
+        whole_keys, whole_values = kvquant.fake_quantize_kv(keys, values, name)
+        if name != "int4_per_token_head":
+            assert torch.equal(read_keys, whole_keys) and torch.equal(read_values, whole_values)
+            continue
+        seen = arrived.get(layer, (keys[..., :0, :], values[..., :0, :]))
+        start = seen[0].shape[-2]
+        new_keys, new_values = kvquant.fake_quantize_kv(keys[..., start:, :], values[..., start:, :], name)
+        arrived[layer] = (torch.cat([seen[0], new_keys], -2), torch.cat([seen[1], new_values], -2))
+        assert torch.equal(read_keys, arrived[layer][0]) and torch.equal(read_values, arrived[layer][1])
+        if start == 0:      # the prompt, rotated in one product like the whole cache: bit for bit
+            assert torch.equal(read_keys, whole_keys) and torch.equal(read_values, whole_values)
+    if name == "int4_per_token_head":
+        # a token rotated alone and the same token rotated among 44 differ only by float32 rounding
+        keys = reads[-1][3]
+        h = kvquant.hadamard(keys.shape[-1])
+        alone = torch.cat([keys[..., t:t + 1, :] @ h for t in range(keys.shape[-2])], -2)
+        assert torch.allclose(alone, keys @ h, rtol=0, atol=1e-5 * float(keys.abs().max()))
+
+
+def test_generation_quantizes_each_token_once_and_kivi_keys_once_per_full_group(tiny, monkeypatch):
+    model, ids = tiny
+    quantize, counted = kvquant.fake_quantize_kv, []
+
+    def counting(keys, values, name, **scales):
+        counted.append((name, keys.shape[-2], values.shape[-2]))
+        return quantize(keys, values, name, **scales)
+
+    monkeypatch.setattr(kvquant, "fake_quantize_kv", counting)
+    layers, tokens = model.config.num_hidden_layers, 6 + 38
+    for name in ("fp8", "int4_per_token_head", "kivi2"):
+        counted.clear()
+        _generate(model, ids, name)
+        assert len(counted) == layers * 39                       # one call per layer per forward
+        assert sum(v for _, _, v in counted) == layers * tokens    # every value once
+        full_groups = tokens - tokens % 32 if name == "kivi2" else tokens
+        assert sum(k for _, k, _ in counted) == layers * full_groups
+
+
+def test_a_cropped_cache_requantizes_what_is_left(tiny):
+    model, ids = tiny
+    _, cache = _generate(model, ids, "kivi4", steps=30)        # 36 tokens: one full key group
+    cache.crop(-16)                                             # 20 left: none in a full group
+    keys, values = cache.layers[0].keys, cache.layers[0].values
+    k, v = torch.randn_like(keys[..., :1, :]), torch.randn_like(values[..., :1, :])
+    read_keys, read_values = cache.update(k, v, 0)
+    expected = kvquant.fake_quantize_kv(torch.cat([keys, k], -2), torch.cat([values, v], -2), "kivi4")
+    assert torch.equal(read_keys, expected[0]) and torch.equal(read_values, expected[1])
+
+
+def test_a_layers_quantized_cache_refuses_bad_scales_and_schemes():
+    with pytest.raises(ValueError, match="k_scale"):
+        kvquant.QuantizedKV("fp8", k_scale=0.0)
+    with pytest.raises(TypeError, match="v_scale"):
+        kvquant.QuantizedKV("fp8", v_scale="1")
+    with pytest.raises(ValueError, match="scheme must be one of"):
+        kvquant.QuantizedKV("fp4")

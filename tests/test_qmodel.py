@@ -175,6 +175,19 @@ def test_bad_input(tiny):
         qmodel.QuantizedLinear.from_codes(nn.Linear(8, 4), codes, qparams)
 
 
+def test_a_scale_above_fp16_is_refused_once_naming_the_layer(monkeypatch):
+    model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 4))
+    with torch.no_grad():
+        model[1].weight.fill_(1e6).mul_(torch.arange(32.0).view(4, 8))   # row 3 spans 0..3.1e7: a scale of 3.1e7 / 15
+    checked = []
+    check = qmodel.check_fp16_scales
+    monkeypatch.setattr(qmodel, "check_fp16_scales", lambda scale, layer=None: checked.append(layer) or
+                        check(scale, layer))
+    with pytest.raises(ValueError, match="weights of layer 1 need a scale of 2.067e[+]06, above FP16"):
+        qmodel.quantize_model(model, "rtn", bits=4, group_size="channel")
+    assert checked == ["0", "1"]       # each layer's scales are checked once, by the name the model gives it
+
+
 @settings(max_examples=5, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1))
 @pytest.mark.parametrize("group_size", ["tensor", "channel", 32])

@@ -41,18 +41,10 @@ LLM_INT8_THRESHOLD = 6.0
 SMOOTHQUANT_ALPHA = 0.5
 
 
-def _int8_per_channel(weight: torch.Tensor) -> torch.Tensor:
-    qp = quant.choose_qparams(weight.float(), 8, "symmetric", axis=0)
-    return quant.fake_quantize(weight.float(), qp, "half_even")
-
-
-def _int8_rows(x: torch.Tensor) -> torch.Tensor:
-    """Symmetric INT8 per row (per token) of a 2-d activation."""
-    return quant.fake_quantize(x, quant.choose_qparams(x, 8, "symmetric", axis=0), "half_even")
-
-
-def _int8_tensor(x: torch.Tensor) -> torch.Tensor:
-    return quant.fake_quantize(x, quant.choose_qparams(x, 8, "symmetric"), "half_even")
+def _int8(x: torch.Tensor, axis: int | None) -> torch.Tensor:
+    """Symmetric INT8 fake quantization of a 2-d float tensor: one scale per row (``axis=0``: a weight's
+    output channel, an activation's token) or, with ``axis=None``, one for the whole tensor."""
+    return quant.fake_quantize(x, quant.choose_qparams(x, 8, "symmetric", axis=axis), "half_even")
 
 
 class ActQuantLinear(nn.Module):
@@ -69,7 +61,7 @@ class ActQuantLinear(nn.Module):
         if scheme == "fp8":
             self.weight_hat = quant.fake_quantize_fp8(weight, quant.choose_fp8_scale(weight, axis=0))
         else:
-            self.weight_hat = _int8_per_channel(weight)
+            self.weight_hat = _int8(weight, axis=0)
         # LLM.int8() multiplies the outlier columns with the 16-bit weights (the paper's equation 2)
         self.weight = weight if scheme == "llm_int8" else None
         self.bias = None if linear.bias is None else linear.bias.detach().clone()
@@ -81,16 +73,16 @@ class ActQuantLinear(nn.Module):
         if self.scheme == "w8a16":
             return x
         if self.scheme == "w8a8_tensor":
-            return _int8_tensor(x)
+            return _int8(x, axis=None)
         if self.scheme == "fp8":
             return quant.fake_quantize_fp8(x, quant.choose_fp8_scale(x, FP8Format.E4M3, axis=0))
-        return _int8_rows(x)
+        return _int8(x, axis=0)
 
     def _decomposed(self, x: torch.Tensor) -> torch.Tensor:
         """LLM.int8(): outlier columns (any ``|x| >= threshold``) in 16 bits, the rest in INT8."""
         outliers = x.abs().amax(0) >= self.threshold
         self.outlier_columns = max(self.outlier_columns, int(outliers.sum()))
-        regular = nn.functional.linear(_int8_rows(x.masked_fill(outliers, 0.0)), self.weight_hat)
+        regular = nn.functional.linear(_int8(x.masked_fill(outliers, 0.0), axis=0), self.weight_hat)
         return regular + nn.functional.linear(x * outliers, self.weight, self.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -13,9 +13,16 @@ linear layer ``name``:
 - FP8 (``"float-quantized"``): ``name.weight`` as ``float8_e4m3fn``, a float32 scale per output
   channel, and activations quantized on the fly per token (W8A8-FP8, ``input_activations``).
 
-compressed-tensors stores codes *signed*: ``-2^(b-1) .. 2^(b-1) - 1`` with ``w = s (q - z)``.
-servebook's affine codes are unsigned (``0 .. 2^b - 1``), so both the codes and the zero point are
-shifted down by ``2^(b-1)``, which leaves ``q - z``, and every weight, unchanged.
+compressed-tensors' codes are *signed*: ``-2^(b-1) .. 2^(b-1) - 1`` with ``w = s (q - z)``.
+:class:`~servebook.qmodel.QuantizedLinear` stores every code *unsigned*, ``0 .. 2^b - 1`` (its
+affine codes as they are, its symmetric ones offset by ``2^(b-1)``), so a signed code is the stored
+one less ``2^(b-1)``, for the zero point too, which leaves ``q - z``, and every weight, unchanged.
+INT8 weights and zero points are written so.  For INT4 the shift undoes itself:
+compressed-tensors' ``pack_to_int32`` adds ``2^(b-1)`` back before it packs, along the input
+dimension, eight codes per word, the first in the lowest bits, which is the book's one packing
+read as little-endian int32 words (:mod:`servebook.quant.packing`).  So ``weight_packed`` is
+``qweight`` itself, viewed as int32; only the zero points are repacked, because compressed-tensors
+packs them along the *output* dimension where ``qzeros`` runs along the groups of each row.
 
 Serve the directory with ``vllm serve DIRECTORY`` (vLLM reads the scheme from ``config.json``; no
 ``--quantization`` flag is needed).
@@ -41,8 +48,15 @@ def pack_int32(codes: torch.Tensor) -> torch.Tensor:
     bytes read as little-endian int32, the first code in the lowest bits (compressed-tensors' layout)."""
     if codes.shape[-1] % 8:
         raise ValueError(f"the packed dimension must be a multiple of 8, got {codes.shape[-1]}")
-    packed = quant.pack_int4(codes.to(torch.uint8).contiguous())
-    return packed.contiguous().view(torch.int32)   # torch reads the bytes in the machine's order: little-endian
+    return _words(quant.pack_int4(codes.to(torch.uint8)))
+
+
+def _words(packed: torch.Tensor) -> torch.Tensor:
+    """Bytes of packed INT4 codes (rows x n/2, uint8) read as int32 words (rows x n/8), no copy."""
+    rows = packed.shape[:-1]
+    # a 1-d view, since torch refuses to view a (1 x n) tensor whose row stride is not a multiple of 4;
+    # torch reads the bytes in the machine's order: little-endian
+    return packed.contiguous().reshape(-1).view(torch.int32).reshape(*rows, -1)
 
 
 def unpack_int32(words: torch.Tensor, n: int) -> torch.Tensor:
@@ -66,23 +80,25 @@ def _scale_2d(layer: QuantizedLinear) -> torch.Tensor:
 
 
 def _layer_tensors(name: str, layer: QuantizedLinear) -> dict[str, torch.Tensor]:
-    """The compressed-tensors entries of one :class:`QuantizedLinear`."""
+    """The compressed-tensors entries of one :class:`QuantizedLinear` (the module docstring says how
+    its stored codes become compressed-tensors' signed ones)."""
     offset = 2 ** (layer.bits - 1)
     scale = _scale_2d(layer)
-    affine = layer.mapping is Mapping.ASYMMETRIC
-    signed = layer.codes().to(torch.int32) - (offset if affine else 0)   # servebook's affine codes are unsigned
     out = {f"{name}.weight_scale": scale.clone()}
     if layer.bits == 4:
-        out[f"{name}.weight_packed"] = pack_int32(signed + offset)
+        if layer.in_features % 8:
+            raise ValueError(f"layer {name}: compressed-tensors packs 8 INT4 codes per int32 word, so "
+                             f"in_features must be a multiple of 8, got {layer.in_features}")
+        out[f"{name}.weight_packed"] = _words(layer.qweight)
         out[f"{name}.weight_shape"] = torch.tensor([layer.out_features, layer.in_features], dtype=torch.int32)
     else:
-        out[f"{name}.weight"] = signed.to(torch.int8)
-    if affine:
-        zero = layer.qparams().zero_point.to(torch.int32).reshape(scale.shape) - offset
-        # compressed-tensors packs 4-bit group and channel zero points along the output dimension
-        packed = layer.bits == 4 and layer.granularity != "tensor"
-        out[f"{name}.weight_zero_point"] = (pack_int32((zero + offset).T.contiguous()).T.contiguous() if packed
-                                            else zero.to(torch.int8))
+        out[f"{name}.weight"] = (layer.qweight.to(torch.int16) - offset).to(torch.int8)
+    if layer.mapping is Mapping.ASYMMETRIC:
+        zero = layer.qparams().zero_point.to(torch.int32).reshape(scale.shape)   # unsigned, as stored
+        if layer.bits == 4 and layer.granularity != "tensor":   # packed along the output dimension
+            out[f"{name}.weight_zero_point"] = pack_int32(zero.T.contiguous()).T.contiguous()
+        else:
+            out[f"{name}.weight_zero_point"] = (zero - offset).to(torch.int8)
     return out
 
 

@@ -7,8 +7,8 @@ layout of a Hugging Face cache, is stored and read back:
   (``k_scale``, ``v_scale``); vLLM 0.33.0 sets both to 1.0 when the checkpoint carries none
   (``model_executor/layers/attention/attention.py``), so the values are cast as they are.
 - ``fp8_per_token_head``, ``int8_per_token_head``: one scale per token and head,
-  ``max(absmax / qmax, 1e-6)``, symmetric (vLLM's ``triton_reshape_and_cache_flash.py``; INT8
-  rounds half away from zero and clamps to -128..127).
+  ``max(absmax / qmax, 1e-6)`` in float32, symmetric (vLLM's ``triton_reshape_and_cache_flash.py``;
+  INT8 rounds half away from zero and clamps to -128..127).
 - ``int4_per_token_head``: a randomized Hadamard rotation of each head vector, then asymmetric
   INT4 per token and head, ``s = max((max - min) / 15, 1e-6)`` (``int4_per_token_head.py``; vLLM
   hides the zero point in the low bits of the FP32 scale, so it costs no bytes).
@@ -17,8 +17,9 @@ layout of a Hugging Face cache, is stored and read back:
   (one grid per group of ``group`` channels of a token); the newest tokens that do not yet fill
   a group stay in 16-bit, KIVI's residual.
 
-:func:`quantized_cache` applies a scheme to a model's cache during generation: it stores
-the 16-bit keys and values and hands attention what the quantized cache would hold.
+:func:`quantized_cache` applies a scheme to a model's cache during generation: beside the 16-bit
+keys and values it keeps what the quantized cache holds (:class:`QuantizedKV`), each token
+quantized once, and hands attention that.
 """
 
 from __future__ import annotations
@@ -30,12 +31,12 @@ from functools import cache
 import torch
 
 from . import memory, models
-from .checks import choice, whole
-from .quant import Mapping, Rounding, choose_qparams, fake_quantize
-from .quant.fp8 import FP8Format, fake_quantize_fp8, fp8_max
+from .checks import choice, positive, whole
+from .quant import Mapping, Rounding, choose_qparams, choose_qparams_affine, fake_quantize
+from .quant.fp8 import FP8Format, choose_fp8_scale, fake_quantize_fp8, fp8_max
 from .units import ceil_div
 
-__all__ = ["SCHEMES", "KVScheme", "scheme", "fake_quantize_kv", "quantized_cache", "calibrated_scales",
+__all__ = ["SCHEMES", "KVScheme", "scheme", "fake_quantize_kv", "QuantizedKV", "quantized_cache", "calibrated_scales",
            "kv_bytes_per_token",
            "attention_error", "hadamard"]
 
@@ -88,20 +89,34 @@ def _hadamard(n: int, seed: int) -> torch.Tensor:
     return (h * signs / math.sqrt(n)).float()
 
 
-def _per_token_head(x: torch.Tensor, qmax: float, fp8: bool) -> torch.Tensor:
-    scale = (x.abs().amax(dim=-1, keepdim=True) / qmax).clamp(min=PER_TOKEN_HEAD_FLOOR)
+def _per_token_head(x: torch.Tensor, fp8: bool) -> torch.Tensor:
     if fp8:
+        scale = choose_fp8_scale(x, FP8Format.E4M3, axis=tuple(range(x.ndim - 1)), floor=PER_TOKEN_HEAD_FLOOR)
         return fake_quantize_fp8(x, scale, FP8Format.E4M3)
+    scale, _ = choose_qparams_affine(x.amin(-1, keepdim=True), x.amax(-1, keepdim=True), 8, Mapping.SYMMETRIC,
+                                     eps=PER_TOKEN_HEAD_FLOOR, exact_constant=False)
+    # The codes are vLLM's, not quant.quantize's: _reshape_cache_per_token_head (vLLM 0.33.0,
+    # v1/attention/ops/triton_reshape_and_cache_flash.py) rounds half away from zero, v + 0.5 or
+    # v - 0.5 truncated by the int8 store, which neither Rounding is (HALF_UP sends -2.5 to -2,
+    # HALF_EVEN sends 2.5 to 2); its clamp to -128 never binds, since |v| <= 127.
     v = x.float() * (1.0 / scale)
-    v = torch.where(v >= 0, torch.floor(v + 0.5), torch.ceil(v - 0.5)).clamp(-128, 127)   # half away from 0
+    v = torch.where(v >= 0, torch.floor(v + 0.5), torch.ceil(v - 0.5)).clamp(-128, 127)
     return (v * scale).to(x.dtype)
 
 
 def _int4_rotated(x: torch.Tensor) -> torch.Tensor:
     h = _hadamard(x.shape[-1], 0).to(x.device)
     r = x.float() @ h
-    lo, hi = r.amin(dim=-1, keepdim=True), r.amax(dim=-1, keepdim=True)
-    scale = ((hi - lo) / 15).clamp(min=PER_TOKEN_HEAD_FLOOR)
+    lo = r.amin(dim=-1, keepdim=True)
+    scale, _ = choose_qparams_affine(lo, r.amax(dim=-1, keepdim=True), 4, Mapping.ASYMMETRIC,
+                                     eps=PER_TOKEN_HEAD_FLOOR, exact_constant=False)
+    # The zero point and codes are vLLM's, not the library's (_reshape_cache_int4_kernel, vLLM 0.33.0,
+    # v1/attention/ops/int4_per_token_head.py): it rounds by truncating v + 0.5, which is not
+    # Rounding.HALF_UP's exact rule at the float just below 1/2 (0.5 - 2^-25 + 0.5 rounds to 1.0),
+    # and it adds the zero point before rounding, round(r / s + z), where quant.quantize rounds
+    # first, round(r / s) + z, which can differ in float32.  (floor(v + 0.5) clamped at 0 is vLLM's
+    # where(v >= 0, v + 0.5, v - 0.5) truncated and clamped, for every v.)  Not modelled: vLLM
+    # dequantizes with the scale's low 4 mantissa bits replaced by the zero point, within 2^-19 of s.
     z = -lo / scale
     z = torch.where(z >= 0, torch.floor(z + 0.5), torch.ceil(z - 0.5)).clamp(0, 15)
     q = (torch.floor(r * (1.0 / scale) + z + 0.5)).clamp(0, 15)
@@ -138,10 +153,9 @@ def fake_quantize_kv(keys: torch.Tensor, values: torch.Tensor, name: str, *, k_s
         fmt = FP8Format.E4M3 if kv.name == "fp8" else FP8Format.E5M2
         return fake_quantize_fp8(keys, k_scale, fmt), fake_quantize_fp8(values, v_scale, fmt)
     if kv.name == "fp8_per_token_head":
-        top = fp8_max(FP8Format.E4M3)
-        return _per_token_head(keys, top, True), _per_token_head(values, top, True)
+        return _per_token_head(keys, True), _per_token_head(values, True)
     if kv.name == "int8_per_token_head":
-        return _per_token_head(keys, 127.0, False), _per_token_head(values, 127.0, False)
+        return _per_token_head(keys, False), _per_token_head(values, False)
     if kv.name == "int4_per_token_head":
         return _int4_rotated(keys), _int4_rotated(values)
     return _kivi(keys, kv.bits, kv.group, True), _kivi(values, kv.bits, kv.group, False)
@@ -179,31 +193,94 @@ def attention_error(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, name: str
     return float((approx - exact).norm() / exact.norm())
 
 
+class QuantizedKV:
+    """One layer's quantized cache, grown as tokens arrive: each token is quantized once and kept.
+
+    :meth:`read` takes the layer's 16-bit keys and values so far (..., tokens, head_dim, the newest
+    last) and returns what attention reads, :func:`fake_quantize_kv` of them, quantizing only what
+    it has not quantized before.  Every scheme quantizes each token by itself, except KIVI's keys:
+    per channel over a group of ``group`` tokens, as soon as the group fills; the newest keys that
+    do not fill one are read in 16 bits.  (Bit for bit the whole cache's, but for the INT4
+    rotation's float rounding: :func:`quantized_cache` says when.)
+    """
+
+    def __init__(self, name: str, k_scale: float = 1.0, v_scale: float = 1.0):
+        self.scheme = scheme(name)
+        self.k_scale, self.v_scale = positive("k_scale", k_scale), positive("v_scale", v_scale)
+        self.keys = self.values = None     # what is quantized so far (KIVI's keys: the full groups)
+
+    def read(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """What attention reads from the cache whose 16-bit keys and values are ``keys``, ``values``."""
+        if self.scheme.name == "auto":
+            return keys, values
+        tokens = keys.shape[-2]
+        if self.values is not None and (self.values.shape[-2] > tokens or self.values.shape[:-2] != values.shape[:-2]):
+            self.keys = self.values = None   # the 16-bit cache was cut or its batch changed: start over
+        done = 0 if self.values is None else self.values.shape[-2]
+        ready = tokens - tokens % self.scheme.group if self.scheme.name.startswith("kivi") else tokens
+        if done < tokens:
+            done_keys = 0 if self.keys is None else self.keys.shape[-2]
+            new_keys, new_values = fake_quantize_kv(keys[..., done_keys:ready, :], values[..., done:, :],
+                                                    self.scheme.name, k_scale=self.k_scale, v_scale=self.v_scale)
+            self.keys = new_keys if self.keys is None else torch.cat([self.keys, new_keys], dim=-2)
+            self.values = new_values if self.values is None else torch.cat([self.values, new_values], dim=-2)
+        if ready < tokens:
+            return torch.cat([self.keys, keys[..., ready:, :]], dim=-2), self.values
+        return self.keys, self.values
+
+
+# What a Hugging Face cache can do to its 16-bit tensors besides appending to them.
+_REWRITES = ("crop", "reset", "reorder_cache", "batch_select_indices", "batch_repeat_interleave")
 _CACHE_CLASS = None
+
+
+def _forgets(rewrite):
+    def rewrite_and_forget(self, *args, **kwargs):
+        self.quantized.clear()   # requantized from the rewritten 16-bit tensors on the next read
+        return rewrite(self, *args, **kwargs)
+    return rewrite_and_forget
+
+
+def _cache_class():
+    global _CACHE_CLASS
+    if _CACHE_CLASS is None:   # transformers is imported only when a cache is asked for
+        from transformers import DynamicCache
+
+        class QuantizedKVCache(DynamicCache):
+            def __init__(self, *args, **kwargs):
+                self.quantized = {}
+                super().__init__(*args, **kwargs)
+
+            def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+                keys, values = super().update(key_states, value_states, layer_idx, *args, **kwargs)
+                if layer_idx not in self.quantized:
+                    self.quantized[layer_idx] = QuantizedKV(
+                        self.scheme, 1.0 if self.k_scales is None else float(self.k_scales[layer_idx]),
+                        1.0 if self.v_scales is None else float(self.v_scales[layer_idx]))
+                return self.quantized[layer_idx].read(keys, values)
+
+        for name in _REWRITES:
+            if hasattr(DynamicCache, name):
+                setattr(QuantizedKVCache, name, _forgets(getattr(DynamicCache, name)))
+        _CACHE_CLASS = QuantizedKVCache
+    return _CACHE_CLASS
 
 
 def quantized_cache(name: str, k_scales=None, v_scales=None):
     """A Hugging Face ``DynamicCache`` whose ``update`` hands attention the quantized keys and values.
 
     Pass it as the model's cache (``cache=`` from transformers 5.24 on, ``past_key_values=`` before;
-    :func:`servebook.smallmodel.perplexity` picks the keyword).  It keeps the 16-bit tensors and
-    quantizes the whole cache on every read, which is what a quantized cache holds: per-token
-    schemes quantize each token once and for all, KIVI's keys are grouped over 32 tokens as soon
-    as a group is full.  ``k_scales`` / ``v_scales`` (one per layer) are the per-tensor FP8 scales;
-    1.0 when omitted, as in vLLM.
+    :func:`servebook.smallmodel.perplexity` picks the keyword).  Beside the 16-bit tensors it keeps
+    each layer's quantized ones (:class:`QuantizedKV`), as a quantized cache does: a token is
+    quantized once, when it arrives (KIVI's keys once per group of 32, when it fills), so
+    generating T tokens costs O(T) quantization work.  Attention reads :func:`fake_quantize_kv` of
+    the whole cache, bit for bit, except under ``int4_per_token_head``: its Hadamard rotation is a
+    float32 matrix product whose rounding depends on how many tokens are multiplied at once, so a
+    token rotated on arrival can differ from the whole cache's by float rounding, and a code that
+    lay on a rounding boundary by one INT4 step.  Cropping, resetting, reordering or selecting
+    from the cache requantizes its 16-bit tensors on the next read.  ``k_scales`` / ``v_scales``
+    (one per layer) are the per-tensor FP8 scales; 1.0 when omitted, as in vLLM.
     """
-    global _CACHE_CLASS
-    if _CACHE_CLASS is None:   # transformers is imported only when a cache is asked for
-        from transformers import DynamicCache
-
-        class QuantizedKVCache(DynamicCache):
-            def update(self, key_states, value_states, layer_idx, *args, **kwargs):
-                keys, values = super().update(key_states, value_states, layer_idx, *args, **kwargs)
-                k_scale = 1.0 if self.k_scales is None else float(self.k_scales[layer_idx])
-                v_scale = 1.0 if self.v_scales is None else float(self.v_scales[layer_idx])
-                return fake_quantize_kv(keys, values, self.scheme, k_scale=k_scale, v_scale=v_scale)
-
-        _CACHE_CLASS = QuantizedKVCache
-    cache = _CACHE_CLASS()
+    cache = _cache_class()()
     cache.scheme, cache.k_scales, cache.v_scales = scheme(name).name, k_scales, v_scales
     return cache

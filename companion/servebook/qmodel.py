@@ -97,8 +97,11 @@ class QuantizedLinear(nn.Module):
         self.bias = None if bias is None else nn.Parameter(bias.detach().clone(), requires_grad=False)
 
     @classmethod
-    def from_codes(cls, linear: nn.Linear, codes: torch.Tensor, qparams: QParams) -> QuantizedLinear:
-        """Pack ``codes`` (out x in) on the grid ``qparams`` (quant's format) into a layer replacing ``linear``."""
+    def from_codes(cls, linear: nn.Linear, codes: torch.Tensor, qparams: QParams, *,
+                   name: str | None = None) -> QuantizedLinear:
+        """Pack ``codes`` (out x in) on the grid ``qparams`` (quant's format) into a layer replacing ``linear``.
+
+        ``name``, the layer's name in its model, is what a refused scale's message names."""
         if not isinstance(linear, nn.Linear):
             raise TypeError(f"linear must be an nn.Linear, got {type(linear).__name__}")
         if not isinstance(qparams, QParams):
@@ -123,7 +126,7 @@ class QuantizedLinear(nn.Module):
                     qparams.group_size, linear.bias)
         device = linear.weight.device
         layer.qweight = cls._pack(codes.to(device), bits, qparams.mapping)
-        layer.scales = check_fp16_scales(torch.as_tensor(qparams.scale, device=device)).to(torch.float16)
+        layer.scales = check_fp16_scales(torch.as_tensor(qparams.scale, device=device), name).to(torch.float16)
         if qparams.mapping is Mapping.ASYMMETRIC:
             zeros = torch.as_tensor(qparams.zero_point, device=device).reshape(-1)
             layer.qzeros = cls._pack(zeros, bits, Mapping.ASYMMETRIC)
@@ -353,8 +356,7 @@ def _replace(model: nn.Module, name: str, linear: nn.Linear, codes, qparams, rep
         report.bytes_after += formula_bytes(linear.out_features, linear.in_features, qparams.bits,
                                             report.group_size, qparams.mapping)
         return
-    check_fp16_scales(torch.as_tensor(qparams.scale), name)
-    layer = QuantizedLinear.from_codes(linear, codes, qparams)
+    layer = QuantizedLinear.from_codes(linear, codes, qparams, name=name)
     parent_name, _, child = name.rpartition(".")
     setattr(model.get_submodule(parent_name) if parent_name else model, child, layer)
     report.bytes_after += layer.weight_nbytes()
