@@ -96,6 +96,12 @@ def test_one_token_answers_have_no_tpot():
     with pytest.raises(ValueError, match="no number"):
         batching.percentiles(batching.request_latencies(result)["tpot_s"])
     assert batching.percentiles([float("nan")], (50,), empty=-1.0) == {50: -1.0}
+    for bad, error, match in (((50, 101), ValueError, r"qs\[1\]"), (50, TypeError, "qs must be"),
+                              ((), TypeError, "qs must be"), (("50",), TypeError, r"qs\[0\]")):
+        with pytest.raises(error, match=match):
+            batching.percentiles([1.0, 2.0], bad)
+    with pytest.raises(TypeError, match="empty must be"):
+        batching.percentiles([1.0], empty="nan")
 
 
 def test_goodput_counts_the_requests_that_meet_the_slo():

@@ -16,11 +16,12 @@ Per-token times come from per-step arrays (:attr:`SimulationResult.token_steps`)
 from __future__ import annotations
 
 from dataclasses import dataclass
+from numbers import Real
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..checks import positive
+from ..checks import interval, positive
 
 if TYPE_CHECKING:  # results imports these definitions for its summary
     from .results import SimulationResult
@@ -76,6 +77,12 @@ def percentiles(values: np.ndarray, qs: tuple[float, ...] = (50, 90, 99), *,
     With no number left, ``ValueError``; or, if ``empty`` is given, that value for every
     percentile (a run summary of one-token answers has no TPOT, and says NaN).
     """
+    if not isinstance(qs, (tuple, list)) or not qs:
+        raise TypeError(f"qs must be a non-empty tuple of percentiles (0 to 100), got {qs!r}")
+    for i, q in enumerate(qs):
+        interval(f"qs[{i}]", q, 0, 100)
+    if empty is not None and (isinstance(empty, bool) or not isinstance(empty, Real)):
+        raise TypeError(f"empty must be a number (NaN allowed) or None, got {empty!r}")
     values = np.asarray(values, dtype=float)
     values = values[~np.isnan(values)]
     if not values.size:
