@@ -42,13 +42,13 @@ import argparse
 import hashlib
 import random
 import statistics
-import time
 from array import array
 from collections import deque
 
 from servebook import batching, roofline
 from servebook.batching import simulator
 from servebook.paging import PagedAllocator
+from timing import interleaved, line
 
 ADMIT, APPEND, FREE, GROW, WRITE = range(5)
 BLOCK_SIZE = 16
@@ -210,26 +210,6 @@ def replay(calls: list[tuple], kv: PagedAllocator | DequeBlockManager) -> None:
             free(seq)
 
 
-def interleaved(contenders: dict, repeats: int) -> dict[str, list[float]]:
-    """CPU seconds of each contender, run in turn ``repeats`` times.
-
-    A contender is ``(setup, run)``: ``run(setup())`` is timed, ``setup()`` is not
-    (building a pool of 16,384 blocks is not what the scheduler does every step).
-    """
-    times = {name: [] for name in contenders}
-    for _ in range(repeats):
-        for name, (setup, run) in contenders.items():
-            state = setup()
-            start = time.process_time()
-            run(state)
-            times[name].append(time.process_time() - start)
-    return times
-
-
-def _line(name: str, values: list[float]) -> str:
-    return f"{name:<48} median {statistics.median(values):7.3f} s  (spread {min(values):.3f}-{max(values):.3f})"
-
-
 def _state(kv: PagedAllocator) -> tuple[int, int, int, int]:
     return kv.pool.num_free, kv.pool.num_cached, kv.pool.num_hashes, kv.prefix_hit_tokens
 
@@ -253,7 +233,7 @@ def bench_allocator(repeats: int, n_requests: int = 1500) -> None:
         }
         times = interleaved(contenders, repeats)
         for name, values in times.items():
-            print(_line(f"  {blocks:>6,} blocks, {name}", values))
+            print(line(f"  {blocks:>6,} blocks, {name}", values))
         deque_time = statistics.median(times["deque block manager"])
         for pattern in ("by blocks", "by tokens"):
             ratio = deque_time / statistics.median(times[f"PagedAllocator, {pattern}"])
@@ -277,7 +257,7 @@ def bench_simulator(repeats: int, n_requests: int) -> None:
     print("  the decode cohort against the same loop visiting every request every step (its reference)")
     times = interleaved(runs, repeats)
     for name, values in times.items():
-        print(_line(f"  {name}", values))
+        print(line(f"  {name}", values))
     for caching in ("off", "on"):
         ratio = statistics.median(times[f"every request, caching {caching}"]) / \
             statistics.median(times[f"decode cohort, caching {caching}"])
