@@ -292,3 +292,15 @@ def test_step_records_are_seconds_in_float64_and_counts_in_int64():
     assert all(column.dtype == np.int64 for name, column in steps.items() if name not in ("time_s", "dt"))
     assert len({column.shape for column in steps.values()}) == 1 and all(c.flags.c_contiguous for c in steps.values())
     assert np.array_equal(np.cumsum(steps["dt"]) + result.requests["arrival_s"][0], steps["time_s"])
+
+
+def test_simulate_defaults_are_vllms_for_an_a100_server():
+    import inspect
+
+    defaults = {name: p.default for name, p in inspect.signature(simulate).parameters.items()}
+    limits = batching.vllm_limits("a100-80gb-sxm")
+    assert (defaults["max_num_seqs"], defaults["max_num_batched_tokens"]) == (limits.max_num_seqs,
+                                                                              limits.max_num_batched_tokens)
+    facts = batching.vllm_facts()
+    assert defaults["chunked_prefill"] is facts["enable_chunked_prefill"]
+    assert defaults["watermark"] == facts["watermark"]

@@ -90,7 +90,8 @@ def batching_trace(n_requests: int = BATCH_JOB.n_requests, seed: int = BATCH_JOB
 
 
 @lru_cache(maxsize=4)
-def batching_runs(n_requests: int = 1000, seed: int = 0) -> dict[tuple[str, str], batching.SimulationResult]:
+def batching_runs(n_requests: int = BATCH_JOB.n_requests,
+                  seed: int = BATCH_JOB.seed) -> dict[tuple[str, str], batching.SimulationResult]:
     """The four runs of chapter 04: static and continuous batching, naive and paged allocation."""
     trace = batching_trace(n_requests, seed)
     return {(policy, allocator): BATCHING_SERVER.simulate(trace, policy=policy, allocator=allocator)
