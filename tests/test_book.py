@@ -289,3 +289,10 @@ def test_a_power_of_two_is_printed_as_one():
     for bad, error in ((3.0, ValueError), (0.0, ValueError), (-4.0, ValueError), ("8", TypeError)):
         with pytest.raises(error, match="value"):
             fmt.power_of_two(bad)
+
+
+def test_a_small_count_is_spelled_and_a_large_one_is_not():
+    assert [fmt.spelled(n) for n in (0, 1, 4, 10, 11, 1024)] == ["zero", "one", "four", "ten", "11", "1,024"]
+    for bad, error in ((-1, ValueError), (2.0, TypeError), (True, TypeError)):
+        with pytest.raises(error, match="count"):
+            fmt.spelled(bad)

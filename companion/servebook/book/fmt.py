@@ -14,7 +14,7 @@ from .. import checks
 from .. import text as plain
 from ..units import fmt_both, fmt_bytes
 
-__all__ = ["WIDTH", "size", "both", "pct", "change", "num", "power_of_two", "table", "wrap"]
+__all__ = ["WIDTH", "size", "both", "pct", "change", "num", "power_of_two", "spelled", "table", "wrap"]
 
 WIDTH = plain.WIDTH
 """Columns of a page's output block: what a code cell prints fits in this many characters."""
@@ -50,6 +50,15 @@ def power_of_two(value: float) -> str:
     if mantissa != 0.5:
         raise ValueError(f"value must be a power of two, got {value!r}")
     return "2" + str(exponent - 1).translate(_SUPERSCRIPT)
+
+
+_SMALL = "zero one two three four five six seven eight nine ten".split()
+
+
+def spelled(count: int) -> str:
+    """A count as prose writes it: ``spelled(4)`` is ``'four'``, ``spelled(12)`` is ``'12'`` (words to ten)."""
+    count = checks.whole("count", count, 0)
+    return _SMALL[count] if count < len(_SMALL) else f"{count:,}"
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[object]], align: str | None = None):
