@@ -28,6 +28,9 @@ TINY_LLAMA = DATA / "tiny-llama"
 
 
 def _path(name: str) -> str | Path:
+    """Where ``from_pretrained`` reads ``name``: the shipped model's folder, or ``name`` itself."""
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"name must be 'tiny-llama', a directory or a Hugging Face Hub id, got {name!r}")
     return TINY_LLAMA if name == "tiny-llama" else name
 
 
@@ -45,12 +48,10 @@ def dtype_keyword() -> str:
 
 def load(name: str = "tiny-llama", *, dtype=torch.float32, device: str | torch.device = "cpu"):
     """``(model, tokenizer)`` in eval mode: the shipped ``"tiny-llama"``, a local directory, or a Hub id."""
-    if not isinstance(name, str) or not name:
-        raise TypeError(f"name must be 'tiny-llama', a directory or a Hugging Face Hub id, got {name!r}")
+    path = _path(name)
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    path = _path(name)
     tokenizer = AutoTokenizer.from_pretrained(path)
     bars = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()   # a progress bar per load would clutter every executed page
@@ -65,11 +66,10 @@ def load(name: str = "tiny-llama", *, dtype=torch.float32, device: str | torch.d
 
 def config(name: str = "tiny-llama"):
     """The Hugging Face config of a model :func:`load` reads (its widths, layers, heads), without its weights."""
-    if not isinstance(name, str) or not name:
-        raise TypeError(f"name must be 'tiny-llama', a directory or a Hugging Face Hub id, got {name!r}")
+    path = _path(name)
     from transformers import AutoConfig
 
-    return AutoConfig.from_pretrained(_path(name))
+    return AutoConfig.from_pretrained(path)
 
 
 def cache_keyword(model) -> str:

@@ -20,8 +20,9 @@ integer grid.
 Saturation is done here, before the cast, for both formats, because the raw casts disagree.
 ``float8_e5m2`` has an infinity, and every library casts a value from 61440 up (where rounding
 reaches 2^16) to ``inf``.  ``float8_e4m3fn`` has none: torch 2.13 saturates finite overflow and
-``inf`` to 448 (``c10/util/Float8_e4m3fn.h``), while ``ml_dtypes`` turns anything from 464 up into
-NaN.  Clamped first, an outlier becomes the largest finite code in every library.
+``inf`` to 448 (``c10/util/Float8_e4m3fn.h``), while ``ml_dtypes`` turns anything above 464 into
+NaN (464 itself, halfway to NaN's code, rounds to the even 448).  Clamped first, an outlier
+becomes the largest finite code in every library.
 
 Computed in float32 whatever the input's dtype, like the integer quantizer.
 """
