@@ -3,7 +3,7 @@
 Usage (from the repository root)::
 
     python -m tools.build              # everything: figures, reference, execute, notebooks, render
-    python -m tools.build figures      # only rewrite figures/ and the calculators' data (ojs/)
+    python -m tools.build figures      # only rewrite figures/, their alt texts in the pages, the calculators' data
     python -m tools.build reference    # only rewrite the API reference pages from the docstrings
     python -m tools.build page chapters/kv-cache.qmd   # execute one page, report
     python -m tools.build notebooks    # execute the chapter and exercise pages, write their notebooks
@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import apiref, preview
+from . import alts, apiref, preview
 from .notebooks import COLAB_BASE, has_notebook, write_notebooks
 from .pages import book_outline, book_pages, find_root, read_page
 from .quarto import INLINE, cell_options
@@ -116,10 +116,11 @@ def execute_page(path: Path, timeout: int = 600) -> PageResult:
 
 
 def write_figures(root: Path) -> list[Path]:
-    """Every figure, and the data the site's calculators read (``ojs/calculators.json``): both before rendering."""
+    """Every figure, the pages whose alt texts it rewrote (:mod:`tools.alts`), and the data the site's
+    calculators read (``ojs/calculators.json``): all before pages execute."""
     from servebook.book import calculators, figures
 
-    return [*figures.save_all(root / "figures"), calculators.write(root / "ojs")]
+    return [*figures.save_all(root / "figures"), *alts.write(root), calculators.write(root / "ojs")]
 
 
 def execute_all(paths: list[Path]) -> tuple[list[PageResult], list[str]]:
@@ -151,7 +152,7 @@ def render_site(root: Path, results: list[PageResult]) -> None:
 
 def build(root: Path, render: bool = True) -> int:
     started = time.perf_counter()
-    print(f"figures: {len(write_figures(root))} files written to {root / 'figures'}")
+    print(f"figures: {len(write_figures(root))} files written (figures/, pages' alt texts, ojs/)")
     print(f"reference: {len(apiref.write(root))} pages written")
     results, failures = execute_all(book_pages(root))
     notebooks = write_notebooks(root, results, root / NOTEBOOKS)
@@ -173,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     root = find_root()
     if args.what == "figures":
-        print(f"figures: {len(write_figures(root))} files written to {root / 'figures'}")
+        print(f"figures: {len(write_figures(root))} files written (figures/, pages' alt texts, ojs/)")
         return 0
     if args.what == "reference":
         print(f"reference: {len(apiref.write(root))} pages written")

@@ -14,7 +14,7 @@ from .. import checks
 from .. import text as plain
 from ..units import fmt_both, fmt_bytes
 
-__all__ = ["WIDTH", "size", "both", "pct", "change", "num", "power_of_two", "spelled", "table", "wrap"]
+__all__ = ["WIDTH", "size", "both", "pct", "change", "num", "power_of_two", "spelled", "listed", "table", "wrap"]
 
 WIDTH = plain.WIDTH
 """Columns of a page's output block: what a code cell prints fits in this many characters."""
@@ -59,6 +59,14 @@ def spelled(count: int) -> str:
     """A count as prose writes it: ``spelled(4)`` is ``'four'``, ``spelled(12)`` is ``'12'`` (words to ten)."""
     count = checks.whole("count", count, 0)
     return _SMALL[count] if count < len(_SMALL) else f"{count:,}"
+
+
+def listed(items: Sequence[object], last: str = "and") -> str:
+    """Items as prose lists them, without a serial comma: ``listed([1, 4, 8, 16])`` is ``'1, 4, 8 and 16'``."""
+    if isinstance(items, (str, bytes)) or not isinstance(items, Sequence) or not items:
+        raise TypeError(f"items must be a non-empty sequence of things to list, got {items!r}")
+    words = [str(item) for item in items]
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} {last} {words[-1]}"
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[object]], align: str | None = None):

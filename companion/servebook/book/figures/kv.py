@@ -9,7 +9,7 @@ from matplotlib.patches import Rectangle
 
 from ... import memory, models
 from ...units import GB, UNITS, GiB, KiB
-from .. import scenarios
+from .. import fmt, scenarios
 from . import _style
 
 # One colour per attention variant; MHA keeps the book's KV teal.
@@ -45,6 +45,19 @@ def kv_growth(case: scenarios.KVBudget = scenarios.KV_BUDGET) -> Figure:
         ax.set_ylim(0, budget_gib * 1.3)
         ax.set_xticks(np.arange(0, max_seq_len + 1, 1024))
     return fig
+
+
+def kv_growth_alt(case: scenarios.KVBudget = scenarios.KV_BUDGET) -> str:
+    """The alt text of :func:`kv_growth`: its lengths, batches, budget, and the one line that crosses it."""
+    crossing = [batch for batch in case.growth_batches if case.longest(batch) < case.seq_len]
+    if len(crossing) != 1:  # the text describes exactly one line meeting the budget
+        raise RuntimeError(f"kv_growth_alt describes one line crossing the budget; {crossing} do")
+    batch = crossing[0]
+    end_gib = batch * case.seq_len * case.per_token / GiB
+    return (f"Line chart of KV-cache size in GiB against sequence length from 0 to {case.seq_len:,} tokens, "
+            f"one straight line from the origin for each batch size {fmt.listed(case.growth_batches)}. "
+            f"A dashed horizontal line marks a {case.budget_gib} GiB budget; only the batch-{batch} line "
+            f"crosses it, at a marked point near {case.longest(batch):,} tokens, and ends at {end_gib:g} GiB.")
 
 
 def kv_batch_limit(case: scenarios.KVBudget = scenarios.KV_BUDGET, max_requests: int = 14) -> Figure:
@@ -137,4 +150,8 @@ FIGURES = {
     "kv-batch-limit": kv_batch_limit,
     "kv-per-token": kv_per_token,
     "kv-gib-vs-gb": kv_gib_vs_gb,
+}
+
+ALT_TEXTS = {
+    "kv-growth": kv_growth_alt,
 }

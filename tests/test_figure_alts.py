@@ -1,0 +1,83 @@
+"""A figure's alt text is written by the build from the numbers the figure draws (``tools/alts.py``)."""
+
+import re
+from pathlib import Path
+
+import pytest
+from tools import alts
+from tools.pages import book_pages
+
+from servebook.book import figures, fmt
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = {path.relative_to(ROOT).as_posix(): path.read_text(encoding="utf-8") for path in book_pages(ROOT)}
+DESCRIBED = figures.alt_texts()
+REBUILD = "python -m tools.build figures rewrites it; commit what it writes"
+
+# Figures whose alt text still quotes numbers typed by hand, until their module describes them.
+STILL_TYPED = frozenset({
+    "kv_batch_limit", "kv_per_token", "kv_gib_vs_gb",
+    "kv_by_layer_kind", "kv_vs_context", "total_vs_active", "capacity_by_context",
+    "naive_vs_paged", "block_tables", "waste_vs_block_size",
+    "memory_per_gpu", "communication_share",
+    "memory_buckets", "users_that_fit", "lever_gains",
+    "quant_fence_posts", "quant_int4_grid", "quant_tie_breaking", "quant_zero_point", "quant_outlier_clipping",
+    "quant_error_vs_bits",
+    "groupwise_outliers", "gptq_awq_perplexity", "gptq_awq_layer_errors",
+    "fp8_vs_int8_grid",
+    "kv_memory_over_time", "batch_size_over_time", "throughput_latency",
+    "roofline_prefill_decode", "quant_speedup",
+})
+
+
+def _page_alts():
+    return [(page, item) for page, text in PAGES.items() for item in alts.figure_alts(text)]
+
+
+def test_every_described_alt_on_a_page_is_what_the_build_writes():
+    stale = [f"{page}:{item.line + 1} ({item.name})" for page, item in _page_alts()
+             if item.name in DESCRIBED and item.text != figures.alt(item.name)]
+    assert not stale, f"stale alt texts: {stale}; {REBUILD}"
+
+
+def test_an_alt_text_that_quotes_a_number_is_written_from_its_figure():
+    typed = {item.name for _, item in _page_alts() if item.name not in DESCRIBED and re.search(r"\d", item.text)}
+    assert typed <= STILL_TYPED, f"alt texts with typed numbers: {sorted(typed - STILL_TYPED)}"
+    assert STILL_TYPED <= typed, f"described now, drop from STILL_TYPED: {sorted(STILL_TYPED - typed)}"
+
+
+def test_every_described_figure_is_on_a_page():
+    on_pages = {item.name for _, item in _page_alts()}
+    assert set(DESCRIBED) <= on_pages, f"described but on no page: {sorted(set(DESCRIBED) - on_pages)}"
+
+
+@pytest.mark.parametrize("name", sorted(DESCRIBED))
+def test_an_alt_text_is_one_quotable_line(name):
+    text = figures.alt(name)
+    assert text.endswith(".") and '"' not in text and "\\" not in text and "\n" not in text
+    assert len(text) < 1000
+
+
+def test_the_build_rewrites_only_the_alt_of_a_described_figure():
+    page = ("```{python}\n#| label: fig-a\n#| fig-alt: \"Old, 1.\"\nfigures.kv_growth()\n```\n\n"
+            "```{python}\n#| fig-alt: \"Kept, 2.\"\nfigures.other(x=1)\n```\n"
+            "```{python}\nfigures.kv_growth()\n```\n")
+    found = alts.figure_alts(page)
+    assert [(item.line, item.name, item.text) for item in found] == [(2, "kv_growth", "Old, 1."),
+                                                                     (7, "other", "Kept, 2.")]
+    new = alts.rewrite(page, {"kv_growth": lambda: "New, 3."})
+    assert new == page.replace('"Old, 1."', '"New, 3."')
+    assert alts.rewrite(new, {"kv_growth": lambda: "New, 3."}) == new
+
+
+def test_an_unknown_figure_has_no_alt_text_and_the_error_names_the_known_ones():
+    with pytest.raises(ValueError, match="kv_growth"):
+        figures.alt("no_such_figure")
+
+
+def test_a_list_reads_as_prose():
+    assert [fmt.listed(items) for items in ([16], [8, 16], [1, 4, 8, 16])] == ["16", "8 and 16", "1, 4, 8 and 16"]
+    assert fmt.listed(["FP16", "INT8", "INT4"], "or") == "FP16, INT8 or INT4"
+    for bad in ("abc", [], 3):
+        with pytest.raises(TypeError, match="items"):
+            fmt.listed(bad)
