@@ -214,6 +214,7 @@ def facts() -> dict:
                   "vllm/engine/arg_utils.py (EngineArgs.get_batch_defaults)",
         "block_size": CacheConfig.DEFAULT_BLOCK_SIZE,
         "gpu_memory_utilization": _default(CacheConfig, "gpu_memory_utilization"),
+        "enable_prefix_caching": _default(CacheConfig, "enable_prefix_caching"),
         "watermark": _default(SchedulerConfig, "watermark"),
         "enable_chunked_prefill": _default(SchedulerConfig, "enable_chunked_prefill"),
         "scheduler_reserve_full_isl": _default(SchedulerConfig, "scheduler_reserve_full_isl"),

@@ -113,6 +113,8 @@ def test_goodput_counts_the_requests_that_meet_the_slo():
     assert batching.goodput(result, loose) == pytest.approx(len(trace) / span)
     strict = SLO(ttft_s=float(np.median(lat["ttft_s"])), tpot_s=1e9)
     assert batching.meets(result, strict).sum() == (lat["ttft_s"] <= strict.ttft_s).sum()
+    assert batching.attainment(result, loose) == 1.0
+    assert batching.attainment(result, strict) == (lat["ttft_s"] <= strict.ttft_s).sum() / len(trace)
     with pytest.raises(ValueError, match="ttft_s"):
         SLO(ttft_s=0, tpot_s=1)
 

@@ -1,7 +1,7 @@
 """Choosing the lever: which wall a workload hits, and what each technique buys against it.
 
 Give a model, a GPU and a :class:`Workload`; :func:`advise` answers in two steps,
-the way chapter 08 teaches:
+the way the chapter on choosing the lever teaches:
 
 1. **Which wall?**  Memory capacity first (does the batch fit, and which bucket,
    weights or KV cache, fills the GPU; how much of each KV reservation is never
@@ -411,7 +411,7 @@ def _note(lever: str, base: Served, new: Served, w: Workload) -> str:
 
 def advise(model: ModelSpec | str, gpu: roofline.GPU | str, workload: Workload,
            levers: tuple[str, ...] = LEVERS) -> Advice:
-    """Diagnose ``workload`` on ``model`` + ``gpu`` and rank ``levers`` (the four of chapter 08, or
+    """Diagnose ``workload`` on ``model`` + ``gpu`` and rank ``levers`` (the four the lever chapter compares, or
     :data:`ALL_LEVERS` with the two that cost GPUs) by the workload's goal."""
     spec = models.resolve(model)
     if spec.n_params is None:

@@ -72,7 +72,7 @@ def output_error(weight: torch.Tensor, weight_hat: torch.Tensor, gram: torch.Ten
 
 def relative_output_error(weight: torch.Tensor, weight_hat: torch.Tensor, gram: torch.Tensor) -> float:
     """``||X (W - W_hat)^T|| / ||X W^T||`` from ``G = X^T X / n``: the error a layer's outputs carry,
-    as a share of the outputs themselves (the measure chapter 06 compares methods by)."""
+    as a share of the outputs themselves (the measure the GPTQ and AWQ chapter compares methods by)."""
     return math.sqrt(output_error(weight, weight_hat, gram) / output_error(weight, torch.zeros_like(weight), gram))
 
 

@@ -40,7 +40,7 @@ counts tokens exactly; only the seconds are modelled.
 """
 
 from .defaults import VLLM_VERSION, Limits, device_tier, vllm_facts, vllm_limits
-from .latency import SLO, goodput, inter_token_latencies, littles_law, meets, percentiles, request_latencies
+from .latency import SLO, attainment, goodput, inter_token_latencies, littles_law, meets, percentiles, request_latencies
 from .reference import Comparison, reference_comparison, reference_records, replay
 from .results import SimulationResult, Summary
 from .simulator import ALLOCATORS, POLICIES, simulate
@@ -49,7 +49,7 @@ from .traces import Request, load_trace, lognormal_lengths, sample_trace, save_t
 __all__ = [
     "Request", "Summary", "SimulationResult",
     "sample_trace", "lognormal_lengths", "load_trace", "save_trace", "simulate", "POLICIES", "ALLOCATORS",
-    "SLO", "request_latencies", "inter_token_latencies", "percentiles", "meets", "goodput", "littles_law",
+    "SLO", "request_latencies", "inter_token_latencies", "percentiles", "meets", "attainment", "goodput", "littles_law",
     "VLLM_VERSION", "Limits", "vllm_facts", "vllm_limits", "device_tier",
     "Comparison", "reference_comparison", "reference_records", "replay",
 ]

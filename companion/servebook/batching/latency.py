@@ -99,8 +99,19 @@ def meets(result: SimulationResult, slo: SLO) -> np.ndarray:
     return (lat["ttft_s"] <= slo.ttft_s) & tpot_ok
 
 
+def attainment(result: SimulationResult, slo: SLO) -> float:
+    """The SLO attainment: the share of requests that met ``slo``."""
+    return float(meets(result, slo).mean())
+
+
 def goodput(result: SimulationResult, slo: SLO) -> float:
-    """Requests per second that met ``slo``, over the makespan (first arrival to last finish)."""
+    """Requests per second that met ``slo``, over the makespan (first arrival to last finish).
+
+    The goodput vLLM 0.33.0's benchmark reports (``vllm bench serve --goodput``:
+    requests on time over the run's duration).  DistServe's goodput is another
+    reading of the same runs: the highest arrival rate whose :func:`attainment`
+    stays at a target.
+    """
     r = result.requests
     makespan = float(r["finish_s"].max() - r["arrival_s"].min())
     return int(meets(result, slo).sum()) / makespan

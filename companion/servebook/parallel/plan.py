@@ -1,6 +1,6 @@
 """The capacity plan of a parallel layout: every GPU's budget, the requests one replica holds, a node's users.
 
-Each GPU of each pipeline stage splits its memory as chapter 07's one GPU did,
+Each GPU of each pipeline stage splits its memory as the capacity-planning chapter's one GPU did,
 with its own shares:
 
     G = reserve + weights on that GPU + KV pool on that GPU,
@@ -68,7 +68,8 @@ class StagePlan:
         return self.outside <= self.headroom
 
     def capacity_plan(self) -> memory.CapacityPlan:
-        """This GPU as chapter 07's :class:`~servebook.memory.CapacityPlan`, the reserve as its overhead."""
+        """This GPU as the capacity-planning chapter's :class:`~servebook.memory.CapacityPlan`,
+        the reserve as its overhead."""
         return memory.capacity_plan(self.gpu_memory, self.weights, self.per_request, overhead=self.reserve)
 
 
@@ -140,7 +141,7 @@ def plan(model: ModelSpec | str, gpu: GPU | Node | str, layout: Layout, seq_len:
     ``gpu`` is a GPU (one replica) or a :class:`Node` (its GPUs must hold the
     replica, and it runs as many as fit).  The reserve is vLLM's with
     ``server`` (default :class:`Server`), or a flat ``overhead`` per GPU, the
-    first edition's way: at t = p = 1 that is chapter 07's plan exactly.
+    first edition's way: at t = p = 1 that is the capacity-planning chapter's plan exactly.
     """
     spec = models.resolve(model)
     check(spec, layout, padding)
