@@ -22,7 +22,15 @@ from .capacity_planning import (
 )
 from .choosing_the_lever import LEVER_SCENARIOS, Scenario
 from .continuous_batching import BATCH_JOB, BATCHING_SERVER, BatchingServer, BatchTraffic, batching_runs, batching_trace
-from .gptq_awq import OUTLIER_KINDS, planted_outliers, relative_error
+from .gptq_awq import (
+    OUTLIER_COUNT,
+    OUTLIER_FACTOR,
+    OUTLIER_KINDS,
+    OUTLIER_SHAPE,
+    WEIGHT_STD,
+    planted_outliers,
+    relative_error,
+)
 from .kv_cache import KV_7B_CLASS, KV_BUDGET, KV_TOY, KVBudget
 from .latency import (
     CHAT,
@@ -93,7 +101,10 @@ __all__ = [
     "MemoryBuckets",
     "MoECase",
     "NODE_REQUESTS",
+    "OUTLIER_COUNT",
+    "OUTLIER_FACTOR",
     "OUTLIER_KINDS",
+    "OUTLIER_SHAPE",
     "PAGED_REQUEST",
     "PREFILL_DECODE",
     "PagedRequest",
@@ -111,6 +122,7 @@ __all__ = [
     "UNIT_RANGE",
     "VLLM_RESERVATION",
     "VllmReservation",
+    "WEIGHT_STD",
     "WINDOW_CASE",
     "WindowCase",
     "all_global",
