@@ -10,15 +10,15 @@ from servebook.book.widgets import capacity as widget
 from servebook.units import GB, GiB
 
 CASE = scenarios.CAPACITY            # C9: Llama-2-13B on an A100 80GB, 4 GiB overhead, users of 4,096 tokens
-BUDGET = scenarios.SEED_BUDGET       # L2.3, L4.1-L4.3: 13e9 weights, 16 x 4,096 tokens, 80 GB
+BUDGET = scenarios.DECIMAL_BUDGET    # 13e9 weights, 16 x 4,096 tokens, 80 GB
 LLAMA13 = CASE.spec
 PER_USER = CASE.per_user             # 3.125 GiB, from C2
-SEED_W16, SEED_W4 = scenarios.C9_SEED_WEIGHTS["fp16"], scenarios.C9_SEED_WEIGHTS["int4"]
+ROUNDED_W16, ROUNDED_W4 = scenarios.ROUNDED_WEIGHTS["fp16"], scenarios.ROUNDED_WEIGHTS["int4"]
 
 
 def test_the_scenarios_are_the_seeds():
     assert (CASE.gpu_memory, CASE.overhead, CASE.seq_len) == (80 * GiB, 4 * GiB, 4096)
-    assert (SEED_W16, SEED_W4) == (26 * GiB, 6.5 * GiB)
+    assert (ROUNDED_W16, ROUNDED_W4) == (26 * GiB, 6.5 * GiB)
     assert (BUDGET.gpu_memory, BUDGET.n_params, BUDGET.batch, BUDGET.seq_len) == (80 * GB, 13 * 10**9, 16, 4096)
     assert BUDGET.kv == 16 * PER_USER
 
@@ -30,7 +30,7 @@ def test_l23_weights_by_precision_and_factor_four():
 
 
 def test_c9_with_the_seeds_units():
-    fp16, int4 = CASE.plan(SEED_W16), CASE.plan(SEED_W4)
+    fp16, int4 = CASE.plan(ROUNDED_W16), CASE.plan(ROUNDED_W4)
     assert PER_USER == 3.125 * GiB
     assert (fp16.kv_pool, int4.kv_pool) == (50 * GiB, 69.5 * GiB)
     assert (fp16.requests, int4.requests, int4.requests - fp16.requests) == (16, 22, 6)

@@ -11,14 +11,11 @@ from __future__ import annotations
 
 from .activations_and_fp8 import KV_SERVING, KVServingCase
 from .capacity_planning import (
-    C9_SEED_WEIGHTS,
     CAPACITY,
     DECIMAL_BUDGET,
     ROUNDED_WEIGHTS,
-    SEED_BUDGET,
     CapacityCase,
     DecimalBudget,
-    SeedBudget,
 )
 from .choosing_the_lever import LEVER_SCENARIOS, Scenario
 from .continuous_batching import BATCH_JOB, BATCHING_SERVER, BatchingServer, BatchTraffic, batching_runs, batching_trace
@@ -77,7 +74,6 @@ __all__ = [
     "BLOCK_SIZE_MIX",
     "BatchingServer",
     "BigModel",
-    "C9_SEED_WEIGHTS",
     "DECIMAL_BUDGET",
     "DecimalBudget",
     "ROUNDED_WEIGHTS",
@@ -109,13 +105,11 @@ __all__ = [
     "PREFILL_DECODE",
     "PagedRequest",
     "RooflineCase",
-    "SEED_BUDGET",
     "EXAMPLE_OUTLIER",
     "EXAMPLE_RANGE",
     "EXAMPLE_WEIGHT",
     "SPLIT_JOBS",
     "Scenario",
-    "SeedBudget",
     "ServerConfig",
     "SplitJob",
     "TENSOR_SIZES",

@@ -53,12 +53,11 @@ class CapacityCase:
 
 
 CAPACITY = CapacityCase()
-"""Chapter 07's budget (C9): Llama-2-13B on an A100 80GB (80 GiB), 4 GiB of overhead, users of 4,096 tokens."""
+"""The capacity chapter's budget: Llama-2-13B on an A100 80GB (80 GiB), 4 GiB of overhead, users of 4,096 tokens."""
 
 ROUNDED_WEIGHTS = {"fp16": 26 * GiB, "int4": int(6.5 * GiB)}
 """The users-per-GPU example's weights as often quoted, "26 GiB" and "6.5 GiB": 26 GB and 6.5 GB
 mislabelled, kept to show the slip."""
-C9_SEED_WEIGHTS = ROUNDED_WEIGHTS  # the first edition's name
 
 
 @dataclass(frozen=True)
@@ -89,4 +88,3 @@ class DecimalBudget:
 
 DECIMAL_BUDGET = DecimalBudget()
 """13 x 10^9 weights and 16 requests of 4,096 tokens on an 80 GB (10^9 bytes) GPU."""
-SeedBudget, SEED_BUDGET = DecimalBudget, DECIMAL_BUDGET  # the first edition's names
