@@ -306,3 +306,6 @@ def test_simulate_defaults_are_vllms_for_an_a100_server():
     facts = batching.vllm_facts()
     assert defaults["chunked_prefill"] is facts["enable_chunked_prefill"]
     assert defaults["watermark"] == facts["watermark"]
+    # The one default that differs on purpose (simulate's docstring says so): the first chapters
+    # teach the pool without a prefix cache, which vLLM 0.33.0 turns on for every model that has one.
+    assert facts["enable_prefix_caching"] is True and defaults["prefix_caching"] is False

@@ -431,8 +431,10 @@ def simulate(requests: Sequence[Request], *, kv_slots: int, policy: str = "conti
     ``max_num_batched_tokens`` the tokens of a step (``None``: no budget);
     their defaults, chunked prefill on and no watermark are vLLM 0.33.0's for
     an A100 server (:func:`servebook.batching.vllm_limits` gives them per
-    device).  ``watermark`` is the share of blocks an admission leaves free
-    while others run.  ``max_len`` is the context: no request may be longer.
+    device).  ``prefix_caching`` is off by default, unlike vLLM 0.33.0, which
+    turns it on for every model that supports it: the first chapters teach the
+    pool without it.  ``watermark`` is the share of blocks an admission leaves
+    free while others run.  ``max_len`` is the context: no request may be longer.
     ``cost``, a :class:`~servebook.roofline.StepModel` with a GPU, turns steps
     into seconds (default: one second per step, i.e. time in steps).
     """
