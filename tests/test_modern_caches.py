@@ -71,12 +71,14 @@ def test_the_issues_numbers_through_the_scenarios():
 
 
 def test_the_vllm_reservation_of_a_sliding_layer_is_its_window_plus_the_in_flight_tokens():
-    case = scenarios.VLLM_RESERVATION  # Gemma-3-27B, 131,072 tokens, blocks of 16, 8,192 batched tokens
+    case = scenarios.VLLM_RESERVATION  # Gemma-3-27B, 131,072 tokens, blocks of 16, two batches of 8,192 in flight
     assert case.kinds == ("global", "sliding") and case.page == 16 * 16 * 128 * 2 * 2
     assert case.blocks("global") == 131_072 // 16 == case.held_blocks("global")
-    assert case.blocks("sliding") == -(-(1024 - 1 + 8192) // 16) + 1 == 577
+    assert case.blocks("sliding") == -(-(1024 - 1 + 2 * 8192) // 16) + 1 == 1089
     assert case.held_blocks("sliding") == 1024 // 16
-    assert case.reserved == case.page * (10 * 8192 + 52 * 577) > case.counted
+    assert case.reserved == case.page * (10 * 8192 + 52 * 1089) > case.counted
+    one_batch = replace(case, concurrent_batches=1)  # with --no-async-scheduling
+    assert one_batch.blocks("sliding") == -(-(1024 - 1 + 8192) // 16) + 1 == 577
 
 
 def test_a_mixture_of_experts_changes_the_weights_not_the_cache():
@@ -160,7 +162,8 @@ def test_the_exercise_answers():
     scout = models.get("llama-4-scout")
     assert memory.kv_bytes_by_layer_kind(scout, scout.max_seq_len)["chunked"] == 1.125 * GiB
     assert memory.kv_cache_bytes(scout, scout.max_seq_len) == 481.125 * GiB
-    base = replace(scenarios.VLLM_RESERVATION, model="mistral-7b", max_model_len=32768, max_num_batched_tokens=2048)
+    base = replace(scenarios.VLLM_RESERVATION, model="mistral-7b", max_model_len=32768, max_num_batched_tokens=2048,
+                   concurrent_batches=1)
     busy = replace(base, max_num_batched_tokens=8192, concurrent_batches=2)
     assert (base.blocks("sliding"), busy.blocks("sliding"), base.held_blocks("sliding")) == (385, 1281, 256)
     users = [scenarios.CapacityCase(m, "h100-sxm", 4 * GiB, 32768).users(w)

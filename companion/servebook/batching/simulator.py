@@ -21,9 +21,10 @@ in ``vllm/v1/core/sched/scheduler.py`` (vLLM 0.33.0, FCFS), restated:
    knows emits one token;
 5. *finish*: a request that emitted its last token frees its blocks.
 
-A block is hashed when its step is scheduled (the allocator does it as the
-tokens are written), so a request admitted later in the same step may hit
-it, and no preempted request leaves hashes behind on blocks nobody computed.
+A full block enters the prefix cache when its step is scheduled (the
+allocator does it as the tokens are written), so a request admitted later in
+the same step may hit it, and no preempted request leaves cached blocks
+behind that nobody computed.
 
 A step in which every running request decodes runs on the
 :class:`~servebook.batching.cohort.DecodeCohort`: its cost is the step's

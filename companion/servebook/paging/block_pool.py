@@ -5,8 +5,8 @@ restated.  Like it, the pool knows nothing of sequences: which block a
 sequence's i-th logical block is lives in the block tables of
 :mod:`servebook.paging.paged_allocator`.
 
-- A full block gets its hash when the step that computes it is scheduled, and
-  keeps it until it is evicted.  Two blocks with the same content both keep
+- A full block is registered under its hash when the step that computes it
+  is scheduled (``BlockPool.cache_full_blocks``), and keeps it until it is evicted.  Two blocks with the same content both keep
   their hash: duplicates stay reachable, since block tables only grow at the
   end and a block id in a table never changes (``BlockHashToBlockMap``).
 - A prefix-cache lookup is by hash alone (``BlockPool.get_cached_block``):

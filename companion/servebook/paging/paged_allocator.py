@@ -8,10 +8,13 @@ prompt or one decoded token (``allocate_slots``), forking with copy-on-write,
 and freeing, tail first (``free``).  Which blocks are free, shared or cached is
 the pool's business.
 
-A block is hashed when the step that computes it is scheduled, that is when
-its tokens are written here: so a later sequence in the same step may hit it
-(it is computed in the same forward pass), and a block nobody has scheduled is
-never served from the cache.
+A full block enters the prefix cache when the step that computes it is
+scheduled, that is when its tokens are written here: so a later sequence in
+the same step may hit it (it is computed in the same forward pass), and a
+block nobody has scheduled is never served from the cache.  (vLLM computes a
+request's block hashes as its tokens become known, ``Request.update_block_hashes``,
+and caches the blocks under them in ``allocate_slots``; the hash of a block is
+a function of its tokens alone, so computing it at either moment gives the same key.)
 """
 
 from __future__ import annotations
