@@ -6,9 +6,10 @@ sequence's i-th logical block is lives in the block tables of
 :mod:`servebook.paging.paged_allocator`.
 
 - A full block is registered under its hash when the step that computes it
-  is scheduled (``BlockPool.cache_full_blocks``), and keeps it until it is evicted.  Two blocks with the same content both keep
-  their hash: duplicates stay reachable, since block tables only grow at the
-  end and a block id in a table never changes (``BlockHashToBlockMap``).
+  is scheduled (``BlockPool.cache_full_blocks``), and keeps it until it is
+  evicted.  Two blocks with the same content both keep their hash:
+  duplicates stay reachable, since block tables only grow at the end and a
+  block id in a table never changes (``BlockHashToBlockMap``).
 - A prefix-cache lookup is by hash alone (``BlockPool.get_cached_block``):
   SHA-256 makes a collision practically impossible, so vLLM does not compare
   tokens.  (nano-vllm compares the stored tokens too.)
