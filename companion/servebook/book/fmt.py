@@ -14,7 +14,8 @@ from .. import checks
 from .. import text as plain
 from ..units import fmt_both, fmt_bytes
 
-__all__ = ["WIDTH", "size", "both", "pct", "change", "num", "power_of_two", "spelled", "listed", "table", "wrap"]
+__all__ = ["WIDTH", "size", "both", "pct", "change", "num", "power_of_two", "spelled", "ordinal", "listed", "table",
+           "wrap"]
 
 WIDTH = plain.WIDTH
 """Columns of a page's output block: what a code cell prints fits in this many characters."""
@@ -59,6 +60,14 @@ def spelled(count: int) -> str:
     """A count as prose writes it: ``spelled(4)`` is ``'four'``, ``spelled(12)`` is ``'12'`` (words to ten)."""
     count = checks.whole("count", count, 0)
     return _SMALL[count] if count < len(_SMALL) else f"{count:,}"
+
+
+def ordinal(n: int) -> str:
+    """A position as prose writes it: ``ordinal(501)`` is ``'501st'``, ``ordinal(112)`` is ``'112th'``."""
+    n = checks.whole("n", n, 1)
+    # 11, 12 and 13 take "th" in every hundred (111th, 212th); otherwise the last digit decides.
+    suffix = "th" if n % 100 in (11, 12, 13) else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n:,}{suffix}"
 
 
 def listed(items: Sequence[object], last: str = "and") -> str:
