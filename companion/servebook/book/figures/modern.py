@@ -88,7 +88,7 @@ def _kind_split(share: dict[str, Fraction]) -> tuple[str, str]:
     local = other if kind == GLOBAL else kind
     if minor == 0:
         return f"all {COLOUR_NAMES[kind]}", local
-    if minor.denominator == 3:  # an exact third (a model whose local layers hold half of one in two layers)
+    if minor.denominator == 3:  # an exact third: half the layers local, holding half the request's tokens
         return f"two-thirds {COLOUR_NAMES[kind]} and one third {COLOUR_NAMES[other]}", local
     part = f" with a {COLOUR_NAMES[other]} part" if minor > Fraction(1, 3) else ""  # under a third: 'mostly'
     return f"mostly {COLOUR_NAMES[kind]}{part}", local
@@ -107,8 +107,9 @@ def kv_by_layer_kind_alt(seq_len: int = scenarios.COMPARE_CONTEXT, dtype: str = 
             groups.setdefault(split, []).append(spec.display_name)
             global_share[split] = share.get(GLOBAL, 0) / sum(share.values())
     mla = [spec.display_name for spec in specs if spec.attention == "MLA"]
-    if 2 * (len(specs) - sum(map(len, groups.values())) - len(mla)) <= len(specs) or len(mla) < 2:
-        raise RuntimeError("kv_by_layer_kind_alt describes most bars as all global, and two or more MLA bars")
+    short = all(k < sorted(kib)[len(kib) // 2] for spec, k in zip(specs, kib, strict=True) if spec.attention == "MLA")
+    if 2 * (len(specs) - sum(map(len, groups.values())) - len(mla)) <= len(specs) or len(mla) < 2 or not short:
+        raise RuntimeError("kv_by_layer_kind_alt describes most bars as all global, and two or more short MLA bars")
     local_kinds = [kind for kind in KIND_COLOURS if kind != GLOBAL]
     # sliding before chunked, and within a kind from the most global layers to the fewest
     order = sorted(groups, key=lambda split: (local_kinds.index(split[1]), -global_share[split]))
