@@ -16,11 +16,7 @@ REBUILD = "python -m tools.build figures rewrites it; commit what it writes"
 
 # Figures whose alt text still quotes numbers typed by hand, until their module describes them.
 STILL_TYPED = frozenset({
-    "kv_batch_limit", "kv_per_token", "kv_gib_vs_gb",
-    "kv_by_layer_kind", "kv_vs_context", "total_vs_active", "capacity_by_context",
-    "naive_vs_paged", "block_tables", "waste_vs_block_size",
-    "memory_per_gpu", "communication_share",
-    "memory_buckets", "users_that_fit", "lever_gains",
+    "lever_gains",
     "quant_fence_posts", "quant_int4_grid", "quant_tie_breaking", "quant_zero_point", "quant_outlier_clipping",
     "quant_error_vs_bits",
     "groupwise_outliers", "gptq_awq_perplexity", "gptq_awq_layer_errors",

@@ -10,12 +10,21 @@ from matplotlib.figure import Figure
 
 from ... import gpus, models
 from ...units import GB, GiB
+from .. import fmt
 from .. import scenarios as scenarios_
 from . import _style
 
 PRECISIONS = ("fp16", "int8", "int4")
 LABEL_NUDGE = {"fp16": 0, "int8": -3, "int4": 7}  # points: keeps the three end labels apart
 PRECISION_COLOURS = {"fp16": _style.SEQUENCE[0], "int8": _style.SEQUENCE[3], "int4": _style.WEIGHTS}
+COLOUR_NAMES = {"fp16": "blue", "int8": "purple", "int4": "orange"}  # what the alt text calls them
+TIGHT = 4 * GB  # free memory under this is labelled in red: too little to run on
+
+
+def _buckets(budget: scenarios_.DecimalBudget) -> list[tuple[str, int, int]]:
+    """Per weight precision: its weights and the memory left free beside them and the budget's KV cache."""
+    return [(dtype, budget.weights(dtype), budget.gpu_memory - budget.weights(dtype) - budget.kv)
+            for dtype in PRECISIONS]
 
 
 def memory_buckets(budget: scenarios_.DecimalBudget = scenarios_.DECIMAL_BUDGET) -> Figure:
@@ -23,12 +32,10 @@ def memory_buckets(budget: scenarios_.DecimalBudget = scenarios_.DECIMAL_BUDGET)
     kv, gpu = budget.kv, budget.gpu_memory
     fig, ax = _style.new_figure(7.2, 3.4)
     with matplotlib.rc_context(_style.RC):
-        for row, dtype in enumerate(PRECISIONS):
-            weights = budget.weights(dtype)
+        for row, (_, weights, free) in enumerate(_buckets(budget)):
             y = len(PRECISIONS) - 1 - row
             ax.barh(y, weights / GB, color=_style.WEIGHTS, height=0.6, label="weights" if row == 0 else None)
             ax.barh(y, kv / GB, left=weights / GB, color=_style.KV, height=0.6, label="KV cache" if row == 0 else None)
-            free = gpu - weights - kv
             if free > 0:
                 ax.barh(y, free / GB, left=(weights + kv) / GB, color=_style.FREE, height=0.6,
                         label="free" if row == 0 else None)
@@ -38,7 +45,7 @@ def memory_buckets(budget: scenarios_.DecimalBudget = scenarios_.DECIMAL_BUDGET)
                         fontweight="bold", fontsize=9)
             ax.annotate(f"{(weights + kv) / GB:.2f} GB used\n{free / GB:.2f} GB free", (gpu / GB, y), xytext=(6, 0),
                         textcoords="offset points", va="center", fontsize=9,
-                        color=_style.WASTE if free < 4 * GB else _style.MUTED)
+                        color=_style.WASTE if free < TIGHT else _style.MUTED)
         ax.axvline(gpu / GB, color=_style.MUTED, linestyle="--", linewidth=1)
         ax.set_yticks(range(len(PRECISIONS)), [f"{d.upper()} weights" for d in reversed(PRECISIONS)])
         ax.set_xlim(0, gpu / GB * 1.27)
@@ -50,15 +57,37 @@ def memory_buckets(budget: scenarios_.DecimalBudget = scenarios_.DECIMAL_BUDGET)
     return fig
 
 
+def memory_buckets_alt(budget: scenarios_.DecimalBudget = scenarios_.DECIMAL_BUDGET) -> str:
+    """The alt text of :func:`memory_buckets`: each precision's weights, the KV cache, and what is left free."""
+    (first, weights, free), *rest = _buckets(budget)
+    kv, gpu, used = budget.kv / GB, budget.gpu_memory / GB, (weights + budget.kv) / GB
+    if not 0 < free < TIGHT or any(f < TIGHT for *_, f in rest):  # the first bar alone ends just short, in red
+        raise RuntimeError("memory_buckets_alt describes the first precision's bar alone ending just short of the line")
+    others = [f"{dtype.upper()}: {w / GB:g} GB orange plus {'the same ' if row == 0 else ''}{kv:.2f} GB teal, "
+              f"{f / GB:.2f} GB free." for row, (dtype, w, f) in enumerate(rest)]
+    return (f"{fmt.spelled(len(PRECISIONS)).capitalize()} horizontal stacked bars, one per weight precision, "
+            f"against a dashed line at {gpu:g} GB. {first.upper()}: an orange weights segment of {weights / GB:g} GB "
+            f"and a teal KV segment of {kv:.2f} GB, ending just short of the line, labelled {used:.2f} GB used, "
+            f"{free / GB:.2f} GB free in red. {' '.join(others)}")
+
+
+def _users_by_length(case: scenarios_.CapacityCase) -> tuple[np.ndarray, dict[str, tuple[int, list[int]]]]:
+    """Sequence lengths from 256 to the case's, and per weight precision its weights and the users that fit."""
+    seq = np.arange(256, case.seq_len + 1, 32)
+    lines = {}
+    for dtype in PRECISIONS:
+        weights = case.weights(dtype)
+        lines[dtype] = weights, [replace(case, seq_len=int(s)).plan(weights).requests for s in seq]
+    return seq, lines
+
+
 def users_that_fit(case: scenarios_.CapacityCase = scenarios_.CAPACITY) -> Figure:
     """Concurrent users whose KV cache fits, against sequence length up to the case's, one line per weight precision."""
     spec, device = case.spec, gpus.get(case.gpu)
-    seq = np.arange(256, case.seq_len + 1, 32)
+    seq, lines = _users_by_length(case)
     fig, ax = _style.new_figure(7.0, 3.8)
     with matplotlib.rc_context(_style.RC):
-        for dtype in PRECISIONS:
-            weights = case.weights(dtype)
-            users = [replace(case, seq_len=int(s)).plan(weights).requests for s in seq]
+        for dtype, (weights, users) in lines.items():
             colour = PRECISION_COLOURS[dtype]
             ax.step(seq, users, where="post", color=colour, linewidth=2,
                     label=f"{dtype.upper()} weights ({weights / GiB:.1f} GiB)")
@@ -77,6 +106,25 @@ def users_that_fit(case: scenarios_.CapacityCase = scenarios_.CAPACITY) -> Figur
         ax.set_xlim(seq[0], case.seq_len * 1.06)
         ax.legend(loc="upper right")
     return fig
+
+
+def users_that_fit_alt(case: scenarios_.CapacityCase = scenarios_.CAPACITY) -> str:
+    """The alt text of :func:`users_that_fit`: where the lines start and end, and which precision fits most."""
+    seq, lines = _users_by_length(case)
+    order = sorted(PRECISIONS, key=lambda dtype: lines[dtype][1][-1])  # fewest users at the longest first
+    ranked = all(a <= b for low, high in zip(order, order[1:], strict=False)
+                 for a, b in zip(lines[low][1], lines[high][1], strict=True))  # the lines never cross
+    ends = [case.users(dtype) for dtype in order]
+    if len(order) != 3 or not ranked or not 13 <= ends[0] <= 19:  # lowest, middle, highest; it ends in the teens
+        raise RuntimeError(f"users_that_fit_alt describes three lines that never cross, the lowest ending in the "
+                           f"teens; they end at {ends}")
+    start = round(sum(users[0] for _, users in lines.values()) / len(lines), -2)
+    places = fmt.listed([f"the {COLOUR_NAMES[dtype]} {dtype.upper()} line {place}"
+                         for dtype, place in zip(order, ("is lowest", "in the middle", "highest"), strict=True)])
+    return (f"Step chart on a log scale of users that fit, from about {start:.0f} at {seq[0]:,} tokens down to the "
+            f"teens at {case.seq_len:,} tokens, for {fmt.spelled(len(order))} weight precisions. "
+            f"{places[0].upper()}{places[1:]}; at {case.seq_len:,} tokens they end at marked points labelled "
+            f"{fmt.listed(ends)}.")
 
 
 def lever_gains(scenarios: tuple[str, ...] = ("A", "B")) -> Figure:
@@ -111,4 +159,9 @@ FIGURES = {
     "memory-buckets": memory_buckets,
     "capacity-users": users_that_fit,
     "lever-gains": lever_gains,
+}
+
+ALT_TEXTS = {
+    "memory-buckets": memory_buckets_alt,
+    "capacity-users": users_that_fit_alt,
 }

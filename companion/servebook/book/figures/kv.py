@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import groupby
+
 import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
@@ -14,6 +16,7 @@ from . import _style
 
 # One colour per attention variant; MHA keeps the book's KV teal.
 ATTENTION_COLOURS = {"MHA": _style.KV, "GQA": _style.ACCENT, "MQA": _style.SEQUENCE[3]}
+COLOUR_NAMES = {"MHA": "teal", "GQA": "blue", "MQA": "purple"}  # what the alt text calls them
 
 REAL_MODELS = ("llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b", "llama-3-70b",
                "mistral-7b", "llama-3.2-1b", "qwen2.5-0.5b", "falcon-7b")
@@ -60,11 +63,20 @@ def kv_growth_alt(case: scenarios.KVBudget = scenarios.KV_BUDGET) -> str:
             f"crosses it, at a marked point near {case.longest(batch):,} tokens, and ends at {end_gib:g} GiB.")
 
 
+def _batch_totals(case: scenarios.KVBudget, max_requests: int) -> tuple[np.ndarray, np.ndarray]:
+    """Batch sizes 1 to ``max_requests`` and their KV cache in GiB."""
+    batches = np.arange(1, max_requests + 1)
+    return batches, batches * case.per_request / GiB
+
+
+def _ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
 def kv_batch_limit(case: scenarios.KVBudget = scenarios.KV_BUDGET, max_requests: int = 14) -> Figure:
     """KV cache of B requests for B = 1, 2, ...: bars that fit the budget in teal, the rest in red."""
     per_request, budget_gib, fits = case.per_request, case.budget_gib, case.fits
-    batches = np.arange(1, max_requests + 1)
-    totals = batches * per_request / GiB
+    batches, totals = _batch_totals(case, max_requests)
     fig, ax = _style.new_figure(7.0, 3.6)
     with matplotlib.rc_context(_style.RC):
         colours = [_style.KV if b <= fits else _style.WASTE for b in batches]
@@ -90,10 +102,28 @@ def kv_batch_limit(case: scenarios.KVBudget = scenarios.KV_BUDGET, max_requests:
     return fig
 
 
+def kv_batch_limit_alt(case: scenarios.KVBudget = scenarios.KV_BUDGET, max_requests: int = 14) -> str:
+    """The alt text of :func:`kv_batch_limit`: its steps, budget, the last bar that fits and the ones that do not."""
+    batches, totals = _batch_totals(case, max_requests)
+    fits, last = case.fits, int(batches[-1])
+    if not 1 <= fits < last - 1:  # the text describes teal bars followed by two or more red ones
+        raise RuntimeError(f"kv_batch_limit_alt describes two or more bars over the budget; {fits} of {last} fit")
+    red = f"{fits + 1} and {last}" if last == fits + 2 else f"{fits + 1} to {last}"
+    return (f"Bar chart of total KV cache in GiB for batch sizes 1 to {last}, rising in equal steps of "
+            f"{totals[0]:g} GiB. A dashed line marks the {case.budget_gib} GiB budget. Bars 1 to {fits} are teal "
+            f"and stay under the line, the {_ordinal(fits)} at {totals[fits - 1]:g} GiB; bars {red} are red "
+            f"and cross it.")
+
+
+def _per_token_kib(names: tuple[str, ...], dtype: str) -> tuple[list[models.ModelSpec], list[float]]:
+    """The models sorted by KV bytes per token, smallest first (the bottom bar), and those bytes in KiB."""
+    specs = sorted((models.get(name) for name in names), key=lambda s: memory.kv_bytes_per_token(s, dtype))
+    return specs, [memory.kv_bytes_per_token(s, dtype) / KiB for s in specs]
+
+
 def kv_per_token(names: tuple[str, ...] = REAL_MODELS, dtype: str = "fp16") -> Figure:
     """KV bytes per token across real models, coloured by attention variant (MHA, GQA, MQA)."""
-    specs = sorted((models.get(name) for name in names), key=lambda s: memory.kv_bytes_per_token(s, dtype))
-    per_token = [memory.kv_bytes_per_token(s, dtype) / KiB for s in specs]
+    specs, per_token = _per_token_kib(names, dtype)
     fig, ax = _style.new_figure(7.0, 0.42 * len(specs) + 1.2)
     with matplotlib.rc_context(_style.RC):
         y = np.arange(len(specs))
@@ -111,12 +141,41 @@ def kv_per_token(names: tuple[str, ...] = REAL_MODELS, dtype: str = "fp16") -> F
     return fig
 
 
+def _listed_sizes(bars) -> str:
+    """Bars of (spec, KiB) as prose, equal sizes named together: 'A and B 320 KiB, C 32 KiB and D 12 KiB'."""
+    same_size = groupby(bars, key=lambda bar: bar[1])
+    return fmt.listed([f"{fmt.listed([spec.display_name for spec, _ in same])} {kib:g} KiB" for kib, same in same_size])
+
+
+def kv_per_token_alt(names: tuple[str, ...] = REAL_MODELS, dtype: str = "fp16") -> str:
+    """The alt text of :func:`kv_per_token`: every bar from the top, its KiB, grouped by attention variant."""
+    specs, per_token = _per_token_kib(names, dtype)
+    rows = list(zip(specs, per_token, strict=True))[::-1]  # from the top bar down
+    variants = [(variant, list(bars)) for variant, bars in groupby(rows, key=lambda row: row[0].attention)]
+    if len({variant for variant, _ in variants}) < len(variants):  # the text names each variant's colour once
+        raise RuntimeError(f"kv_per_token_alt describes each variant's bars together; {variants} are not")
+    parts = [f"{_listed_sizes(bars)} in {COLOUR_NAMES[variant]} ({variant})" for variant, bars in variants]
+    return (f"Horizontal bar chart of {dtype.upper()} KV-cache bytes per token for {fmt.spelled(len(specs))} "
+            f"models, sorted: {'; '.join(parts)}. Each bar is labelled with its KV heads out of query heads "
+            f"and its head width.")
+
+
+PREFIXES = [("K", "KiB", "KB"), ("M", "MiB", "MB"), ("G", "GiB", "GB"), ("T", "TiB", "TB")]
+
+
+def _unit_gaps(case: scenarios.KVBudget) -> tuple[list[tuple[str, str, str]], list[float], dict[str, tuple[int, int]]]:
+    """Each prefix, the percentage its binary unit exceeds the decimal one, and the budget read both ways
+    (label -> bytes, requests that fit)."""
+    gaps = [100 * (UNITS[binary] / UNITS[decimal] - 1) for _, binary, decimal in PREFIXES]
+    budget = case.budget_gib
+    sizes = {f"{budget} GiB": budget * GiB, f"{budget} GB": budget * GB}
+    return PREFIXES, gaps, {label: (size, memory.max_batch(size, case.per_request)) for label, size in sizes.items()}
+
+
 def kv_gib_vs_gb(case: scenarios.KVBudget = scenarios.KV_BUDGET) -> Figure:
     """The binary-decimal gap per prefix, and what it does to one budget read both ways."""
-    prefixes = [("K", "KiB", "KB"), ("M", "MiB", "MB"), ("G", "GiB", "GB"), ("T", "TiB", "TB")]
-    gaps = [100 * (UNITS[binary] / UNITS[decimal] - 1) for _, binary, decimal in prefixes]
+    prefixes, gaps, budgets = _unit_gaps(case)
     per_request, budget = case.per_request, case.budget_gib
-    budgets = {f"{budget} GiB": budget * GiB, f"{budget} GB": budget * GB}
     fig, (left, right) = _style.new_figure(7.6, 3.6, ncols=2, width_ratios=[1, 1.15])
     with matplotlib.rc_context(_style.RC):
         left.bar(range(len(prefixes)), gaps, color=_style.ACCENT, width=0.6)
@@ -127,8 +186,7 @@ def kv_gib_vs_gb(case: scenarios.KVBudget = scenarios.KV_BUDGET) -> Figure:
         left.set_title("The gap grows with each prefix")
         left.grid(axis="x", visible=False)
 
-        for x, size in enumerate(budgets.values()):
-            fits = memory.max_batch(size, per_request)
+        for x, (size, fits) in enumerate(budgets.values()):
             for k in range(fits):
                 right.add_patch(Rectangle((x - 0.3, k * per_request / GiB), 0.6, per_request / GiB,
                                           facecolor=_style.KV, edgecolor="white", linewidth=1))
@@ -145,6 +203,18 @@ def kv_gib_vs_gb(case: scenarios.KVBudget = scenarios.KV_BUDGET) -> Figure:
     return fig
 
 
+def kv_gib_vs_gb_alt(case: scenarios.KVBudget = scenarios.KV_BUDGET) -> str:
+    """The alt text of :func:`kv_gib_vs_gb`: the gap per prefix, and the requests each reading of the budget holds."""
+    prefixes, gaps, budgets = _unit_gaps(case)
+    (binary_label, (_, fits_binary)), (decimal_label, (decimal, fits_decimal)) = budgets.items()
+    return (f"Two panels. Left: bars of the percentage by which each binary unit exceeds its decimal namesake, "
+            f"{fmt.listed([f'{gap:.1f}' for gap in gaps])} percent for "
+            f"{fmt.listed([unit for _, unit, _ in prefixes])}. Right: two stacked columns in GiB, a {binary_label} "
+            f"budget holding {fmt.spelled(fits_binary)} teal blocks of {case.per_request / GiB:g} GiB with a grey "
+            f"remainder, and a {decimal_label} budget, about {decimal / GiB:.1f} GiB tall, holding "
+            f"{fmt.spelled(fits_decimal)}.")
+
+
 FIGURES = {
     "kv-growth": kv_growth,
     "kv-batch-limit": kv_batch_limit,
@@ -154,4 +224,7 @@ FIGURES = {
 
 ALT_TEXTS = {
     "kv-growth": kv_growth_alt,
+    "kv-batch-limit": kv_batch_limit_alt,
+    "kv-per-token": kv_per_token_alt,
+    "kv-gib-vs-gb": kv_gib_vs_gb_alt,
 }

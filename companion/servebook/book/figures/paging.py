@@ -8,7 +8,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import ConnectionPatch, Rectangle
 
 from ...paging import PagedAllocator, mean_tail_waste, tail_share
-from .. import scenarios
+from .. import fmt, scenarios
 from . import _style
 
 TAIL = "#f0ad4e"  # amber: the empty tail of the last block
@@ -55,9 +55,38 @@ def naive_vs_paged(request: scenarios.PagedRequest = scenarios.PAGED_REQUEST) ->
     return fig
 
 
+def naive_vs_paged_alt(request: scenarios.PagedRequest = scenarios.PAGED_REQUEST) -> str:
+    """The alt text of :func:`naive_vs_paged`: the request, its naive reservation, its blocks and their tail."""
+    n_tokens, max_len, block_size = request.n_tokens, request.max_len, request.block_size
+    n_blocks, tail = request.blocks, request.paged_waste
+    if not 0 < tail < block_size:  # the text describes a last block partly filled
+        raise RuntimeError(f"naive_vs_paged_alt describes a partly filled last block; its tail is {tail} slots")
+    return (f"Top panel: two horizontal bars on a scale of 0 to {max_len:,} token slots. The naive bar is a short "
+            f"teal segment of {n_tokens:,} followed by a long red segment to {max_len:,}. The paged bar is the same "
+            f"teal segment with a thin amber tail ending at {n_blocks * block_size:,}. Bottom panel: the paged bar "
+            f"zoomed to 0 to {(n_blocks + 1) * block_size:,} slots, with blue lines every {block_size} slots marking "
+            f"blocks 0 to {n_blocks - 1}; the amber tail fills the last {tail} slots of block {n_blocks - 1}.")
+
+
 def _walkthrough_allocator() -> PagedAllocator:
     """The chapter's walk-through (see :func:`servebook.book.scenarios.paging_walkthrough`)."""
     return scenarios.paging_walkthrough()
+
+
+def _owners(kv: PagedAllocator) -> dict[int, list]:
+    """Physical block id -> the sequences whose block tables hold it."""
+    owners: dict[int, list] = {}
+    for s in kv.sequences:
+        for b in kv.block_table(s):
+            owners.setdefault(b, []).append(s)
+    return owners
+
+
+def _span(ids: list[int]) -> str:
+    """Block ids as prose: '2 to 5' when they run without a gap, else '0, 3 and 7'."""
+    if len(ids) > 2 and ids == list(range(ids[0], ids[-1] + 1)):
+        return f"{ids[0]} to {ids[-1]}"
+    return fmt.listed(ids)
 
 
 def block_tables(allocator: PagedAllocator | None = None) -> Figure:
@@ -65,10 +94,7 @@ def block_tables(allocator: PagedAllocator | None = None) -> Figure:
     kv = allocator if allocator is not None else _walkthrough_allocator()
     seqs = kv.sequences
     colours = {s: _style.SEQUENCE[i % len(_style.SEQUENCE)] for i, s in enumerate(seqs)}
-    owners: dict[int, list] = {}
-    for s in seqs:
-        for b in kv.block_table(s):
-            owners.setdefault(b, []).append(s)
+    owners = _owners(kv)
     # The page shows a figure about 7 inches wide: drawn wider, it is scaled down and its text shrinks.
     fig, ax = _style.new_figure(7.2, 1.25 + 0.8 * len(seqs) + 1.6)
     n_phys = kv.pool.num_blocks
@@ -82,6 +108,28 @@ def block_tables(allocator: PagedAllocator | None = None) -> Figure:
         ax.set_title("Block tables map each sequence's logical blocks to physical blocks\n"
                      "(red outline, hatched: shared)", fontsize=10.5)
     return fig
+
+
+def block_tables_alt(allocator: PagedAllocator | None = None) -> str:
+    """The alt text of :func:`block_tables`: its sequences, its pool, and which blocks are shared, owned or free."""
+    kv = allocator if allocator is not None else _walkthrough_allocator()
+    seqs, owners, bs = kv.sequences, _owners(kv), kv.block_size
+    blocks = kv.pool.blocks
+    shared = [b.block_id for b in blocks if len(owners.get(b.block_id, ())) > 1]
+    owned = [b.block_id for b in blocks if len(owners.get(b.block_id, ())) == 1]
+    free = [b.block_id for b in blocks if b.ref_count == 0]
+    refs = {blocks[b].ref_count for b in shared}
+    if (any(kv.num_tokens(s) % bs == 0 for s in seqs) or len(refs) != 1 or len(owned) < 2 or len(free) < 2
+            or any(set(owners[b]) != set(seqs) for b in shared) or any(blocks[b].block_hash for b in free)):
+        raise RuntimeError("block_tables_alt describes partly filled last blocks, blocks shared by every sequence "
+                           "with one reference count, two or more owned blocks and two or more free, uncached ones")
+    names = fmt.listed([s.replace("'", "-prime") for s in seqs])
+    return (f"Diagram. {fmt.spelled(len(seqs)).capitalize()} rows of small boxes at the top, one per sequence "
+            f"({names}), each box a logical block of {bs} token cells coloured by sequence, with the last box of each "
+            f"row partly empty. Arrows run down to a row of {kv.pool.num_blocks} physical blocks: blocks "
+            f"{_span(shared)} have thick red outlines, hatching and the label ref {refs.pop()}, and receive arrows "
+            f"from all {fmt.spelled(len(seqs))} sequences; blocks {_span(owned)} are coloured by the one sequence "
+            f"that uses each; blocks {_span(free)} are light grey and free.")
 
 
 _PHYS_Y = 0.0  # the row of physical blocks; each sequence's row of logical blocks sits above it
@@ -141,11 +189,16 @@ def _logical_blocks(ax, kv: PagedAllocator, colours: dict) -> None:
                 color=colours[s])
 
 
+def _tail_waste(mix: scenarios.LengthMix) -> tuple[tuple[int, ...], list[float], list[float]]:
+    """The block sizes of ``mix``, and at each the mean empty slots per request and the share of slots empty."""
+    block_sizes = mix.block_sizes
+    return (block_sizes, [mean_tail_waste(mix.lengths, b) for b in block_sizes],
+            [tail_share(mix.lengths, b) for b in block_sizes])
+
+
 def waste_vs_block_size(mix: scenarios.LengthMix = scenarios.BLOCK_SIZE_MIX) -> Figure:
     """Tail waste per request against block size: about (block_size - 1) / 2, never more than block_size - 1."""
-    block_sizes = mix.block_sizes
-    mean_waste = [mean_tail_waste(mix.lengths, b) for b in block_sizes]
-    share = [tail_share(mix.lengths, b) for b in block_sizes]
+    block_sizes, mean_waste, share = _tail_waste(mix)
     fig, (left, right) = _style.new_figure(7.2, 3.2, ncols=2)
     with matplotlib.rc_context(_style.RC):
         left.plot(block_sizes, mean_waste, "o-", color=TAIL, label="mean tail waste (simulated lengths)")
@@ -167,8 +220,32 @@ def waste_vs_block_size(mix: scenarios.LengthMix = scenarios.BLOCK_SIZE_MIX) -> 
     return fig
 
 
+MARKED_BLOCK = scenarios.PAGED_REQUEST.block_size  # the chapter's block size (vLLM's default), named in the text
+
+
+def waste_vs_block_size_alt(mix: scenarios.LengthMix = scenarios.BLOCK_SIZE_MIX) -> str:
+    """The alt text of :func:`waste_vs_block_size`: where both curves start and end, and the share at 16."""
+    block_sizes, mean_waste, share = _tail_waste(mix)
+    if (mean_waste[0] != 0 or share[0] != 0 or mean_waste != sorted(mean_waste) or share != sorted(share)
+            or any(abs(w - (b - 1) / 2) > 0.05 * b for b, w in zip(block_sizes, mean_waste, strict=True))
+            or MARKED_BLOCK not in block_sizes):
+        raise RuntimeError("waste_vs_block_size_alt describes curves rising from 0, the mean on (b - 1) / 2")
+    at_marked = 100 * share[block_sizes.index(MARKED_BLOCK)]
+    return (f"Two line charts against block size from {block_sizes[0]} to {block_sizes[-1]} on a base-2 log scale. "
+            f"Left: mean empty slots per request, rising from 0 to about {mean_waste[-1]:.2g}, lying on a dashed "
+            f"(b - 1)/2 line, with a dotted worst-case line b - 1 above it. Right: the share of reserved slots that "
+            f"are empty, rising from 0 at block size {block_sizes[0]} to about {at_marked:.2g} percent at "
+            f"{MARKED_BLOCK} and about {100 * share[-1]:.2g} percent at {block_sizes[-1]}.")
+
+
 FIGURES = {
     "paging-naive-vs-paged": naive_vs_paged,
     "paging-block-tables": block_tables,
     "paging-waste-vs-block-size": waste_vs_block_size,
+}
+
+ALT_TEXTS = {
+    "paging-naive-vs-paged": naive_vs_paged_alt,
+    "paging-block-tables": block_tables_alt,
+    "paging-waste-vs-block-size": waste_vs_block_size_alt,
 }
