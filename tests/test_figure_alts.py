@@ -21,8 +21,6 @@ STILL_TYPED = frozenset({
     "naive_vs_paged", "block_tables", "waste_vs_block_size",
     "memory_per_gpu", "communication_share",
     "memory_buckets", "users_that_fit", "lever_gains",
-    "quant_fence_posts", "quant_int4_grid", "quant_tie_breaking", "quant_zero_point", "quant_outlier_clipping",
-    "quant_error_vs_bits",
     "groupwise_outliers", "gptq_awq_perplexity", "gptq_awq_layer_errors",
     "fp8_vs_int8_grid",
     "kv_memory_over_time", "batch_size_over_time", "throughput_latency",
