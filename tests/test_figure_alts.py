@@ -23,7 +23,6 @@ STILL_TYPED = frozenset({
     "memory_buckets", "users_that_fit", "lever_gains",
     "groupwise_outliers", "gptq_awq_perplexity", "gptq_awq_layer_errors",
     "kv_memory_over_time", "batch_size_over_time", "throughput_latency",
-    "roofline_prefill_decode", "quant_speedup",
 })
 
 
