@@ -22,7 +22,6 @@ STILL_TYPED = frozenset({
     "memory_per_gpu", "communication_share",
     "memory_buckets", "users_that_fit", "lever_gains",
     "groupwise_outliers", "gptq_awq_perplexity", "gptq_awq_layer_errors",
-    "kv_memory_over_time", "batch_size_over_time", "throughput_latency",
 })
 
 
