@@ -21,7 +21,6 @@ STILL_TYPED = frozenset({
     "naive_vs_paged", "block_tables", "waste_vs_block_size",
     "memory_per_gpu", "communication_share",
     "memory_buckets", "users_that_fit", "lever_gains",
-    "groupwise_outliers", "gptq_awq_perplexity", "gptq_awq_layer_errors",
 })
 
 
