@@ -17,12 +17,6 @@ REBUILD = "python -m tools.build figures rewrites it; commit what it writes"
 # Figures whose alt text still quotes numbers typed by hand, until their module describes them.
 STILL_TYPED = frozenset({
     "lever_gains",
-    "quant_fence_posts", "quant_int4_grid", "quant_tie_breaking", "quant_zero_point", "quant_outlier_clipping",
-    "quant_error_vs_bits",
-    "groupwise_outliers", "gptq_awq_perplexity", "gptq_awq_layer_errors",
-    "fp8_vs_int8_grid",
-    "kv_memory_over_time", "batch_size_over_time", "throughput_latency",
-    "roofline_prefill_decode", "quant_speedup",
 })
 
 

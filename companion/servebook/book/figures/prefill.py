@@ -7,18 +7,29 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ... import models, roofline
-from .. import scenarios
+from .. import fmt, scenarios
 from . import _style
 
 PREFILL = _style.SEQUENCE[3]  # purple: prefill points
 DECODE = _style.ACCENT        # blue: decode points
+SPEED_TOP = 4.2               # the speed chart's y axis ends here
+
+
+def _intensities() -> np.ndarray:
+    """The roofline's x axis: arithmetic intensities from 10^-0.5 to 10^5 FLOP per byte."""
+    return np.logspace(-0.5, 5, 200)
+
+
+def _about(value: float) -> str:
+    """``value`` to two significant digits, written with thousands commas: 11,115 is '11,000', 12.9 is '13'."""
+    return f"{float(f'{value:.2g}'):,g}"
 
 
 def roofline_prefill_decode(case: scenarios.RooflineCase = scenarios.PREFILL_DECODE) -> Figure:
     """The GPU's roofline with the model's decode steps (left of the ridge) and prefill steps (right)."""
     device = case.device
     ridge = roofline.ridge_point(device)
-    x = np.logspace(-0.5, 5, 200)
+    x = _intensities()
     fig, ax = _style.new_figure(7.2, 4.2)
     with matplotlib.rc_context(_style.RC):
         ax.loglog(x, np.minimum(device.fp16_flops, x * device.bandwidth) / 1e12, color=_style.MUTED, linewidth=2,
@@ -55,17 +66,44 @@ def roofline_prefill_decode(case: scenarios.RooflineCase = scenarios.PREFILL_DEC
     return fig
 
 
+def roofline_prefill_decode_alt(case: scenarios.RooflineCase = scenarios.PREFILL_DECODE) -> str:
+    """The alt text of :func:`roofline_prefill_decode`: the roofs, the ridge, and where each step lies."""
+    device, x = case.device, _intensities()
+    ridge = roofline.ridge_point(device)
+    decodes = [b.step.intensity for b in case.decode_bounds()]
+    prefills = [b.step.intensity for b in case.prefill_bounds()]
+    if max(decodes) >= ridge or min(prefills) <= ridge:  # the text puts decode on the slope, prefill on the roof
+        raise RuntimeError(f"roofline_prefill_decode_alt describes decode below the ridge {ridge:.0f} and prefill "
+                           f"above it; decode at {decodes}, prefill at {prefills}")
+    decode_at, prefill_at = fmt.listed([_about(i) for i in decodes]), fmt.listed([_about(i) for i in prefills])
+    return (f"Log-log roofline chart. X axis: arithmetic intensity in FLOP per byte from {x[0]:.1g} to "
+            f"{x[-1]:,.0f}; Y axis: attainable TFLOP/s. A solid grey line rises with slope "
+            f"{device.bandwidth / 1e12:,.3f} TB/s and flattens at {device.fp16_flops / 1e12:,.0f} TFLOP/s at the "
+            f"ridge point, {ridge:,.0f} FLOP/byte, marked by a dotted vertical line; a dashed line flattens at "
+            f"{device.int8_ops / 1e12:,.0f} for INT8. Blue circles for decode at batch "
+            f"{fmt.listed(case.decode_batches)} lie on the rising slope at about {decode_at} FLOP/byte. Purple squares "
+            f"for prefill of {fmt.listed([f'{batch} x {prompt}' for batch, prompt in case.prefills])} tokens lie on "
+            f"the flat roof at about {prefill_at} FLOP/byte.")
+
+
+def _speedups(case: scenarios.RooflineCase):
+    """The step sizes 1, 2, 4, ... up to ``max_step_tokens``, and each weight scheme's speed over W16A16 at each."""
+    tokens = 2 ** np.arange(0, int(np.log2(case.max_step_tokens)) + 1)
+    return tokens, {weights: np.array([roofline.weight_scheme_speedup(case.spec, case.device, int(n), weights)
+                                       for n in tokens]) for weights in ("W4A16", "W8A8")}
+
+
 def quant_speedup(case: scenarios.RooflineCase = scenarios.PREFILL_DECODE) -> Figure:
     """Speed of W8A8 and W4A16 over W16A16 against the tokens a step processes: W4A16 wins small, loses big."""
     device = case.device
-    tokens = 2 ** np.arange(0, int(np.log2(case.max_step_tokens)) + 1)
+    tokens, speeds = _speedups(case)
     fig, ax = _style.new_figure(7.0, 3.8)
     with matplotlib.rc_context(_style.RC):
         ax.axhline(1, color=_style.MUTED, linewidth=1)
         ax.annotate("W16A16 (FP16 weights)", (tokens[-1], 1), xytext=(0, 4), textcoords="offset points",
                     ha="right", color=_style.MUTED, fontsize=9)
         for weights, colour in (("W4A16", _style.WEIGHTS), ("W8A8", _style.ACCENT)):
-            speed = np.array([roofline.weight_scheme_speedup(case.spec, device, int(n), weights) for n in tokens])
+            speed = speeds[weights]
             ax.semilogx(tokens, speed, "o-", color=colour, base=2, label=weights, markersize=4)
             ax.annotate(f"×{speed[0]:.2f}", (tokens[0], speed[0]), xytext=(6, 4), textcoords="offset points",
                         color=colour, fontsize=9)
@@ -81,12 +119,36 @@ def quant_speedup(case: scenarios.RooflineCase = scenarios.PREFILL_DECODE) -> Fi
         ax.set_ylabel("speed vs W16A16 (roofline bound)")
         ax.set_title(f"{models.display_name(case.model)} on {device.display_name}: W4A16 wins small steps,\n"
                      "loses big ones if dequantization adds to the tensor-core time")
-        ax.set_ylim(0, 4.2)
+        ax.set_ylim(0, SPEED_TOP)
         ax.legend(loc="upper right")
     return fig
+
+
+def quant_speedup_alt(case: scenarios.RooflineCase = scenarios.PREFILL_DECODE) -> str:
+    """The alt text of :func:`quant_speedup`: W8A8's flat line, W4A16's plateau, fall, crossing and floor."""
+    tokens, speeds = _speedups(case)
+    w4, w8 = speeds["W4A16"], speeds["W8A8"]
+    high = tokens[w4 >= 0.99 * w4[0]]    # the plateau: within 1% of the smallest step's speed
+    low = tokens[w4 <= 1.01 * w4[-1]]    # the floor: within 1% of the largest step's
+    slower = tokens[w4 < 1]
+    if np.ptp(w8) > 0.05 or not (high[-1] < slower[0] <= low[0]) or len(high) + len(low) >= len(tokens):
+        raise RuntimeError("quant_speedup_alt describes a flat W8A8 line and a W4A16 line that falls from a "
+                           "plateau across 1.0 to a floor")
+    falls_from = tokens[len(high)]
+    return (f"Line chart, x axis tokens in the step from {tokens[0]:,} to {tokens[-1]:,} on a log scale, y axis "
+            f"speed relative to FP16 from 0 to {int(SPEED_TOP)}. A flat blue W8A8 line at {w8[0]:.1f}. An orange "
+            f"W4A16 line starts at {w4[0]:.2f} for {high[0]:,} to {high[-1]:,} tokens, falls steeply between "
+            f"{falls_from:,} and {low[0]:,} tokens, crosses 1.0 near {slower[0]:,} tokens, and stays at "
+            f"{w4[-1]:.2f} from {low[0]:,} tokens on. A grey horizontal line marks 1.0 and a dotted vertical line "
+            f"the ridge point near {roofline.ridge_point(case.device):,.0f}.")
 
 
 FIGURES = {
     "roofline-prefill-decode": roofline_prefill_decode,
     "quant-speedup": quant_speedup,
+}
+
+ALT_TEXTS = {
+    "roofline-prefill-decode": roofline_prefill_decode_alt,
+    "quant-speedup": quant_speedup_alt,
 }

@@ -14,13 +14,16 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ... import quant
-from .. import scenarios, ties
+from .. import fmt, scenarios, ties
 from . import _style
 
 GRID = "#b8860b"     # dark gold: representable values (yellow ticks)
 TRUE = _style.WASTE  # red: the true weight
 SNAP = _style.ACCENT  # blue: where it lands
 R_MIN, R_MAX = scenarios.EXAMPLE_RANGE
+TIE_CASES = ((scenarios.EXAMPLE_WEIGHT, R_MIN, R_MAX), scenarios.BINARY_TIE)
+TIE_COLUMNS = ("r / s", "half\nup", "half\neven")  # the tie table's columns: the quotient, then one per rounding
+ROW_PHRASES = {"float64, r / s": "float64 division"}  # how the alt text names a row that differs
 
 
 def _grid(r_min: str, r_max: str, bits: int):
@@ -39,16 +42,21 @@ def _number_line(ax, low, high):
     ax.spines[["left"]].set_visible(False)
 
 
+def _fence_ticks(r_min: str, r_max: str, bits: int):
+    """The scale of ``bits`` on the range and its ticks r_min + k s, before the zero point is rounded."""
+    scale, _ = quant.choose_qparams_affine(r_min, r_max, bits)
+    qmin, qmax = quant.qrange(bits)
+    # the zero point's rounding is the next figure's story
+    return scale, np.array([float(Fraction(r_min) + k * scale) for k in range(qmax - qmin + 1)])
+
+
 def quant_fence_posts(r_min: str = R_MIN, r_max: str = R_MAX, widths: tuple[int, ...] = (2, 3, 4)) -> Figure:
     """Fence posts: 2^b ticks leave 2^b - 1 gaps, and the scale is the range over the gaps."""
     low, high = Fraction(r_min), Fraction(r_max)
     fig, axes = _style.new_figure(7.0, 1.05 * len(widths) + 0.6, nrows=len(widths), sharex=True)
     with matplotlib.rc_context(_style.RC):
         for ax, bits in zip(axes, widths, strict=True):
-            scale, _ = quant.choose_qparams_affine(r_min, r_max, bits)
-            qmin, qmax = quant.qrange(bits)
-            # the ticks r_min + k s, before the zero point is rounded (that is the next figure's story)
-            ticks = np.array([float(low + k * scale) for k in range(qmax - qmin + 1)])
+            scale, ticks = _fence_ticks(r_min, r_max, bits)
             _number_line(ax, float(low) - 0.05, float(high) + 0.05)
             ax.plot(ticks, np.zeros_like(ticks), "|", color=GRID, markersize=20, markeredgewidth=2.2, zorder=3)
             for left, right in zip(ticks[:-1], ticks[1:], strict=True):
@@ -65,12 +73,27 @@ def quant_fence_posts(r_min: str = R_MIN, r_max: str = R_MAX, widths: tuple[int,
     return fig
 
 
-def quant_int4_grid(r_min: str = R_MIN, r_max: str = R_MAX, r: str = scenarios.EXAMPLE_WEIGHT) -> Figure:
-    """The INT4 grid on [-0.6, 0.9]: 16 ticks a step s = 0.1 apart; 0.35 snaps to 0.4 (seed case C5)."""
+def quant_fence_posts_alt(r_min: str = R_MIN, r_max: str = R_MAX, widths: tuple[int, ...] = (2, 3, 4)) -> str:
+    """The alt text of :func:`quant_fence_posts`: one line per width, its ticks, gaps and scale."""
+    lines = [(len(ticks), f"{float(scale):.4g}") for scale, ticks in (_fence_ticks(r_min, r_max, b) for b in widths)]
+    arrows = [f"{n} ticks with {n - 1} {'double-headed arrows between them' if i == 0 else 'arrows'} labelled s = {s}"
+              for i, (n, s) in enumerate(lines)]
+    return (f"{fmt.spelled(len(widths)).capitalize()} number lines from {r_min} to {r_max}, one above the other, "
+            f"for {fmt.listed(widths)} bits. Gold ticks mark the representable values: {', then '.join(arrows)}. "
+            f"Labels at the right read {'; '.join(f'{n} ticks, {n - 1} gaps' for n, _ in lines)}.")
+
+
+def _snap(r_min: str, r_max: str, r: str):
+    """The INT4 grid of the range, and the code, value and error ``r`` rounds to on it."""
     scale, zero_point, codes, values = _grid(r_min, r_max, 4)
     q = quant.quantize_affine(r, scale, zero_point, *quant.qrange(4))
     r_hat = quant.dequantize_affine(q, scale, zero_point)
-    error = abs(r_hat - Fraction(r))
+    return scale, zero_point, codes, values, q, r_hat, abs(r_hat - Fraction(r))
+
+
+def quant_int4_grid(r_min: str = R_MIN, r_max: str = R_MAX, r: str = scenarios.EXAMPLE_WEIGHT) -> Figure:
+    """The INT4 grid on [-0.6, 0.9]: 16 ticks a step s = 0.1 apart; 0.35 snaps to 0.4 (seed case C5)."""
+    scale, zero_point, codes, values, q, r_hat, error = _snap(r_min, r_max, r)
     fig, ax = _style.new_figure(7.2, 2.4)
     with matplotlib.rc_context(_style.RC):
         _number_line(ax, values[0] - 0.06, values[-1] + 0.06)
@@ -93,8 +116,18 @@ def quant_int4_grid(r_min: str = R_MIN, r_max: str = R_MAX, r: str = scenarios.E
     return fig
 
 
-def quant_tie_breaking(cases: tuple[tuple[str, str, str], ...] = ((scenarios.EXAMPLE_WEIGHT, R_MIN, R_MAX),
-                                                                  scenarios.BINARY_TIE)) -> Figure:
+def quant_int4_grid_alt(r_min: str = R_MIN, r_max: str = R_MAX, r: str = scenarios.EXAMPLE_WEIGHT) -> str:
+    """The alt text of :func:`quant_int4_grid`: the sixteen codes, and where ``r`` lands with what error."""
+    scale, _, codes, values, q, r_hat, error = _snap(r_min, r_max, r)
+    if len(codes) != 16 or error != quant.error_bound(scale):  # the text spells sixteen and reads s/2
+        raise RuntimeError(f"quant_int4_grid_alt describes 16 codes and an error of s/2; got {len(codes)}, {error}")
+    return (f"A number line from {values[0]:g} to {values[-1]:g} with sixteen gold ticks labelled with codes "
+            f"{codes[0]} to {codes[-1]}. A red dot above the line at {r} has an arrow pointing down to a blue dot "
+            f"on the tick at {float(r_hat):g}, labelled r_hat = {float(r_hat):g} (q = {q}). "
+            f"Text above reads error = {float(error):g} = s/2.")
+
+
+def quant_tie_breaking(cases: tuple[tuple[str, str, str], ...] = TIE_CASES) -> Figure:
     """Codes at two ties under each arithmetic and rounding rule: float64 division misses the C5 tie."""
     fig, axes = _style.new_figure(8.0, 3.1, ncols=len(cases))
     with matplotlib.rc_context(_style.RC):
@@ -105,7 +138,7 @@ def quant_tie_breaking(cases: tuple[tuple[str, str, str], ...] = ((scenarios.EXA
             ax.grid(False)
             ax.set_xlim(-0.6, 2.7)
             ax.set_ylim(len(names) - 0.5, -1.2)
-            ax.set_xticks([0.4, 1.75, 2.45], ["r / s", "half\nup", "half\neven"])
+            ax.set_xticks([0.4, 1.75, 2.45], list(TIE_COLUMNS))
             ax.xaxis.tick_top()
             ax.set_yticks(range(len(names)), names)
             ax.spines[:].set_visible(False)
@@ -120,6 +153,42 @@ def quant_tie_breaking(cases: tuple[tuple[str, str, str], ...] = ((scenarios.EXA
             ax.set_title(f"r = {r} on [{r_min}, {r_max}]", fontsize=10, pad=28)
         fig.suptitle("Code q at a tie: teal = the exact half-up answer, red = different", fontsize=10)
     return fig
+
+
+def _tie_panel(r: str, r_min: str, r_max: str) -> str:
+    """One table of :func:`quant_tie_breaking` in words: its quotients, and which codes differ from exact."""
+    outcomes = ties.tie_outcomes(r, r_min, r_max)
+    quotients = [quotient for quotient, _ in outcomes.values()]
+    rows = {name: codes for name, (_, codes) in outcomes.items()}
+    reference = rows["exact (Fraction)"][0]
+    colour = {True: "teal", False: "red"}
+    if len({Fraction(q) for q in quotients}) == 1:
+        said = f"{fmt.listed(list(dict.fromkeys(quotients)), 'or')} in every row"
+    else:
+        said = ", ".join(quotients)
+    columns = list(zip(*rows.values(), strict=True))
+    if all(len(set(column)) == 1 for column in columns):
+        rules = [name.replace("\n", "-") for name in TIE_COLUMNS[1:]]
+        return f"the quotient is {said}, " + " and ".join(
+            f"{rule} gives {column[0]} in {colour[column[0] == reference]}"
+            for rule, column in zip(rules, columns, strict=True)) + " in every row"
+    odd = [name for name, codes in rows.items() if codes != [reference] * len(codes)]
+    if len(odd) != 1 or odd[0] not in ROW_PHRASES or len(set(rows[odd[0]])) != 1:
+        raise RuntimeError(f"_tie_panel describes one row that differs in every rounding, or none; {rows}")
+    return (f"the quotient is {said}, and the codes are {fmt.listed(rows['exact (Fraction)'])} in teal "
+            f"except the {ROW_PHRASES[odd[0]]} row, {fmt.listed(rows[odd[0]])} in red")
+
+
+def quant_tie_breaking_alt(cases: tuple[tuple[str, str, str], ...] = TIE_CASES) -> str:
+    """The alt text of :func:`quant_tie_breaking`: each table's quotients and the codes that differ from exact."""
+    if len(cases) != 2:  # the text reads left and right
+        raise RuntimeError(f"quant_tie_breaking_alt describes two tables, got {len(cases)}")
+    names = [name.replace(", ", " ") for name in ties.tie_outcomes(*cases[0])]
+    panels = [f"{side}, for r = {r} on [{r_min}, {r_max}]: {_tie_panel(r, r_min, r_max)}."
+              for side, (r, r_min, r_max) in zip(("Left", "Right"), cases, strict=True)]
+    columns = [name.replace("\n", " ") for name in TIE_COLUMNS]
+    return (f"Two tables side by side. Rows: {', '.join(names)}. "
+            f"Columns: {', '.join(columns)}. {' '.join(panels)}")
 
 
 def quant_zero_point(r_min: str = R_MIN, r_max: str = R_MAX, bits: int = 4) -> Figure:
@@ -151,8 +220,17 @@ def quant_zero_point(r_min: str = R_MIN, r_max: str = R_MAX, bits: int = 4) -> F
     return fig
 
 
-def quant_outlier_clipping(r_min: str = R_MIN, r_max: str = R_MAX, outlier: str = scenarios.EXAMPLE_OUTLIER) -> Figure:
-    """An outlier beyond r_max wants a code that does not exist and saturates at the top code (seed case C6)."""
+def quant_zero_point_alt(r_min: str = R_MIN, r_max: str = R_MAX, bits: int = 4) -> str:
+    """The alt text of :func:`quant_zero_point`: the codes, the values, and the zero point's line."""
+    _, zero_point, codes, values = _grid(r_min, r_max, bits)
+    return (f"Two horizontal lines: integer codes {codes[0]} to {codes[-1]} on top, real values from "
+            f"{values[0]:g} to {values[-1]:g} below, each code joined to its real value by a thin gold line. "
+            f"The line from code {zero_point} is thick and blue and ends on a blue dot at real 0, "
+            f"annotated q = z = {zero_point} lands on r = 0.0 exactly.")
+
+
+def _clipped(r_min: str, r_max: str, outlier: str):
+    """The INT4 grid, the code ``outlier`` wants, the code it gets, its value and error, and the missing ticks."""
     scale, zero_point, codes, values = _grid(r_min, r_max, 4)
     qmin, qmax = quant.qrange(4)
     wanted = quant.round_half_up(Fraction(outlier) / scale) + zero_point
@@ -160,6 +238,12 @@ def quant_outlier_clipping(r_min: str = R_MIN, r_max: str = R_MAX, outlier: str 
     r_hat = quant.dequantize_affine(q, scale, zero_point)
     error = abs(Fraction(outlier) - r_hat)
     ghosts = [float(quant.dequantize_affine(k, scale, zero_point)) for k in range(qmax + 1, wanted + 1)]
+    return scale, codes, values, qmax, wanted, q, r_hat, error, ghosts
+
+
+def quant_outlier_clipping(r_min: str = R_MIN, r_max: str = R_MAX, outlier: str = scenarios.EXAMPLE_OUTLIER) -> Figure:
+    """An outlier beyond r_max wants a code that does not exist and saturates at the top code (seed case C6)."""
+    scale, codes, values, qmax, wanted, q, r_hat, error, ghosts = _clipped(r_min, r_max, outlier)
     fig, ax = _style.new_figure(7.2, 2.4)
     with matplotlib.rc_context(_style.RC):
         _number_line(ax, values[0] - 0.05, float(Fraction(outlier)) + 0.25)
@@ -187,11 +271,37 @@ def quant_outlier_clipping(r_min: str = R_MIN, r_max: str = R_MAX, outlier: str 
     return fig
 
 
+def quant_outlier_clipping_alt(r_min: str = R_MIN, r_max: str = R_MAX,
+                               outlier: str = scenarios.EXAMPLE_OUTLIER) -> str:
+    """The alt text of :func:`quant_outlier_clipping`: the codes that exist, those wanted, and the clipped error."""
+    scale, codes, values, qmax, wanted, q, r_hat, error, ghosts = _clipped(r_min, r_max, outlier)
+    return (f"The INT4 number line from {values[0]:g} with gold ticks for codes {codes[0]} to {codes[-1]}, "
+            f"continued by pale grey ticks for the missing codes {qmax + 1} to {wanted} up to {ghosts[-1]:g}. "
+            f"A red dot at {outlier}, labelled wants q = {wanted}, has a curved arrow back to a blue dot on the "
+            f"last gold tick at {float(r_hat):g}. Red text below: saturates at q = {q}, r_hat = {float(r_hat):g}, "
+            f"error {float(error):g} = {float(error / quant.error_bound(scale)):g} x s/2.")
+
+
+ANNOTATED_BITS = (4, 8, 16)  # the widths whose bound the error chart writes out
+NAIVE_FROM_BITS = 4  # where the wrong '1/b' curve meets the bound
+
+
+def _unit_bound(bits: int) -> Fraction:
+    """The worst rounding error s/2 of ``bits`` on the book's range for bit widths, [-1, 1]."""
+    low, high = scenarios.UNIT_RANGE
+    return quant.error_bound(quant.choose_qparams_affine(low, high, bits)[0])
+
+
+def _bounds(max_bits: int):
+    """The bit widths 1 to ``max_bits`` and the worst error of each on [-1, 1], as floats to plot."""
+    bits = np.arange(1, max_bits + 1)
+    return bits, [float(_unit_bound(int(b))) for b in bits]
+
+
 def quant_error_vs_bits(max_bits: int = 16, samples: int = scenarios.ERROR_SAMPLES, seed: int = 0) -> Figure:
     """Worst-case error s/2 = 1/(2^b - 1) on [-1, 1] against bit width, with the measured maximum."""
     low, high = scenarios.UNIT_RANGE
-    bits = np.arange(1, max_bits + 1)
-    bounds = [float(quant.error_bound(quant.choose_qparams_affine(low, high, int(b))[0])) for b in bits]
+    bits, bounds = _bounds(max_bits)
     x = np.random.default_rng(seed).uniform(low, high, samples)
     x[:2] = (low, high)
     measured = [float(quant.quantization_error(x, quant.choose_qparams(x, int(b))).max()) for b in bits]
@@ -200,10 +310,10 @@ def quant_error_vs_bits(max_bits: int = 16, samples: int = scenarios.ERROR_SAMPL
         ax.semilogy(bits, bounds, "-", color=_style.WEIGHTS, label="bound s/2 = 1 / (2^b - 1)")
         ax.semilogy(bits, measured, "o", color=_style.ACCENT, markersize=4,
                     label=f"measured max error, {samples:,} uniform samples")
-        naive = [bounds[3] * 4 / b for b in bits]
+        naive = [bounds[NAIVE_FROM_BITS - 1] * NAIVE_FROM_BITS / b for b in bits]
         ax.semilogy(bits, naive, ":", color=_style.MUTED, label="'error proportional to 1/b' (wrong)")
-        for b in (4, 8, 16):
-            bound = quant.error_bound(quant.choose_qparams_affine(low, high, b)[0])
+        for b in ANNOTATED_BITS:
+            bound = _unit_bound(b)
             ax.annotate(f"b = {b}: {bound}", (b, float(bound)), xytext=(6, 6), textcoords="offset points",
                         fontsize=8)
         ratio = quant.choose_qparams_affine(low, high, 4)[0] / quant.choose_qparams_affine(low, high, 8)[0]
@@ -215,6 +325,18 @@ def quant_error_vs_bits(max_bits: int = 16, samples: int = scenarios.ERROR_SAMPL
     return fig
 
 
+def quant_error_vs_bits_alt(max_bits: int = 16, samples: int = scenarios.ERROR_SAMPLES, seed: int = 0) -> str:
+    """The alt text of :func:`quant_error_vs_bits`: the bound's ends, the widths annotated, the '1/b' curve."""
+    bits, bounds = _bounds(max_bits)
+    mantissa, exponent = f"{bounds[-1]:.1e}".split("e")  # 1.5e-5, as the text writes it, not 1.5e-05
+    marks = ", ".join(f"b = {b}: {_unit_bound(b)}" for b in ANNOTATED_BITS)
+    return (f"Log-scale chart of worst rounding error against bit width from {bits[0]} to {bits[-1]}. "
+            f"An orange line falls steeply and straight from {bounds[0]:g} to about {mantissa}e{int(exponent)}, "
+            f"with blue measured points on it; annotations mark {marks}. A dotted grey curve for error "
+            f"proportional to 1/b starts near the orange line at {NAIVE_FROM_BITS} bits and flattens out far "
+            "above it.")
+
+
 FIGURES = {
     "quant-fence-posts": quant_fence_posts,
     "quant-int4-grid": quant_int4_grid,
@@ -222,4 +344,13 @@ FIGURES = {
     "quant-zero-point": quant_zero_point,
     "quant-outlier-clipping": quant_outlier_clipping,
     "quant-error-vs-bits": quant_error_vs_bits,
+}
+
+ALT_TEXTS = {
+    "quant-fence-posts": quant_fence_posts_alt,
+    "quant-int4-grid": quant_int4_grid_alt,
+    "quant-tie-breaking": quant_tie_breaking_alt,
+    "quant-zero-point": quant_zero_point_alt,
+    "quant-outlier-clipping": quant_outlier_clipping_alt,
+    "quant-error-vs-bits": quant_error_vs_bits_alt,
 }
