@@ -7,17 +7,13 @@ import pytest
 from tools import alts
 from tools.pages import book_pages
 
-from servebook.book import figures, fmt
+from servebook.book import figures
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = {path.relative_to(ROOT).as_posix(): path.read_text(encoding="utf-8") for path in book_pages(ROOT)}
 DESCRIBED = figures.alt_texts()
 REBUILD = "python -m tools.build figures rewrites it; commit what it writes"
 
-# Figures whose alt text still quotes numbers typed by hand, until their module describes them.
-STILL_TYPED = frozenset({
-    "lever_gains",
-})
 
 
 def _page_alts():
@@ -32,8 +28,7 @@ def test_every_described_alt_on_a_page_is_what_the_build_writes():
 
 def test_an_alt_text_that_quotes_a_number_is_written_from_its_figure():
     typed = {item.name for _, item in _page_alts() if item.name not in DESCRIBED and re.search(r"\d", item.text)}
-    assert typed <= STILL_TYPED, f"alt texts with typed numbers: {sorted(typed - STILL_TYPED)}"
-    assert STILL_TYPED <= typed, f"described now, drop from STILL_TYPED: {sorted(STILL_TYPED - typed)}"
+    assert not typed, f"alt texts with numbers typed by hand: {sorted(typed)}"
 
 
 def test_every_described_figure_is_on_a_page():
@@ -64,10 +59,3 @@ def test_an_unknown_figure_has_no_alt_text_and_the_error_names_the_known_ones():
     with pytest.raises(ValueError, match="kv_growth"):
         figures.alt("no_such_figure")
 
-
-def test_a_list_reads_as_prose():
-    assert [fmt.listed(items) for items in ([16], [8, 16], [1, 4, 8, 16])] == ["16", "8 and 16", "1, 4, 8 and 16"]
-    assert fmt.listed(["FP16", "INT8", "INT4"], "or") == "FP16, INT8 or INT4"
-    for bad in ("abc", [], 3):
-        with pytest.raises(TypeError, match="items"):
-            fmt.listed(bad)

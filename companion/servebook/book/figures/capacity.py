@@ -127,10 +127,14 @@ def users_that_fit_alt(case: scenarios_.CapacityCase = scenarios_.CAPACITY) -> s
             f"{fmt.listed(ends)}.")
 
 
+def _advised(scenarios: tuple[str, ...]) -> tuple[list, list]:
+    chosen = [scenarios_.LEVER_SCENARIOS[key] for key in scenarios]
+    return chosen, [scenario.advise() for scenario in chosen]
+
+
 def lever_gains(scenarios: tuple[str, ...] = ("A", "B")) -> Figure:
     """What each lever buys in the two scenarios of choosing the lever: gain over the baseline server."""
-    chosen = [scenarios_.LEVER_SCENARIOS[key] for key in scenarios]
-    advices = [scenario.advise() for scenario in chosen]
+    chosen, advices = _advised(scenarios)
     fig, axes = _style.new_figure(7.4, 1.4 + 1.1 * len(chosen), nrows=len(chosen), sharex=True)
     axes = np.atleast_1d(axes)
     with matplotlib.rc_context(_style.RC):
@@ -141,7 +145,7 @@ def lever_gains(scenarios: tuple[str, ...] = ("A", "B")) -> Figure:
             colours = [_style.KV if r is advice.best else _style.FREE for r in results]
             ax.barh(range(len(results)), gains, color=colours, height=0.65)
             for y, (r, gain) in enumerate(zip(results, gains, strict=True)):
-                ax.annotate(f"×{gain:.2f}  (fits {r.served.fits:,} at once)", (gain, y),
+                ax.annotate(f"×{gain:.2f}  ({r.served.fits:,} fit in memory)", (gain, y),
                             xytext=(4, 0), textcoords="offset points", va="center", fontsize=9)
             ax.axvline(1, color=_style.MUTED, linewidth=1)
             ax.set_yticks(range(len(results)), [r.lever for r in results])
@@ -155,6 +159,22 @@ def lever_gains(scenarios: tuple[str, ...] = ("A", "B")) -> Figure:
     return fig
 
 
+def lever_gains_alt(scenarios: tuple[str, ...] = ("A", "B")) -> str:
+    """The alt text of :func:`lever_gains`: each scenario's levers, best first, with their gains as drawn."""
+    chosen, advices = _advised(scenarios)
+    panels = []
+    for scenario, advice in zip(chosen, advices, strict=True):
+        goal = scenario.workload.goal
+        key, story = scenario.name.split(": ", 1)
+        best, *rest = advice.ranking
+        others = "; ".join(f"{r.lever} {r.gain(goal):.2f}x" for r in rest)
+        panels.append(f"Scenario {key}, {story}, {models.display_name(scenario.model)} on one "
+                      f"{gpus.display_name(scenario.gpu)}: {best.lever} highlighted at {best.gain(goal):.2f}x, "
+                      f"with {best.served.fits:,} requests fitting in memory; {others}.")
+    return (f"{fmt.spelled(len(chosen)).capitalize()} panels of horizontal bars, one bar per lever, with a "
+            f"vertical line at 1x. " + " ".join(panels))
+
+
 FIGURES = {
     "memory-buckets": memory_buckets,
     "capacity-users": users_that_fit,
@@ -164,4 +184,5 @@ FIGURES = {
 ALT_TEXTS = {
     "memory-buckets": memory_buckets_alt,
     "capacity-users": users_that_fit_alt,
+    "lever-gains": lever_gains_alt,
 }
