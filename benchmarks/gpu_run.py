@@ -1,6 +1,6 @@
 """The book's GPU run in one go: the lab, the fused W4A16 kernel and CUDA graphs, into one results JSON.
 
-On an H100/H200-class GPU it takes about five minutes and measures, with no network:
+On an H100/H200-class GPU it is sized to take a few minutes (not yet recorded) and measures, with no network:
 
 - the project's small Llama and a random-weight Llama-2-7B at full size, each in FP16, W8A16 and
   W4A16 (the fused kernel, and again with it turned off: dequantize-then-matmul): weight bytes, KV

@@ -67,7 +67,7 @@ def test_no_recorded_gpu_run_is_said_plainly(cpu_run):
     if not recorded:
         assert note.startswith("No GPU run is recorded yet")
         assert gpu_lab.kernel_run(cpu_run) is None
-        assert gpu_lab.kernel_sentence(None).startswith("No GPU run has timed the kernel yet")
+        assert gpu_lab.kernel_sentence(None).startswith("No recorded GPU run has timed the kernel yet")
     assert gpu_lab.recorded_gpu_note(measured_now=True) == ""
 
 

@@ -217,6 +217,14 @@ def test_the_layer_falls_back_off_cuda_and_when_asked():
     assert torch.equal(layer(x.float()), reference)
 
 
+@pytest.mark.parametrize(("capability", "fused"), [((7, 5), False), ((8, 0), True), ((9, 0), True)])
+def test_the_fused_kernel_needs_compute_capability_8(monkeypatch, capability, fused):
+    from servebook.kernels import dispatch
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index: capability)
+    assert dispatch.capable.__wrapped__(0) is fused  # a T4 (7.5) dequantizes, then multiplies
+
+
 def test_importing_the_package_imports_no_triton_and_shows_the_kernel():
     code = ("import sys; from servebook import kernels, qmodel; text = kernels.kernel_source(); "
             "assert text.startswith('@triton.jit') and 'tl.dot' in text, text[:80]; "

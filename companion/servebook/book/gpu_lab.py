@@ -77,13 +77,13 @@ def overhead_sentence(results: dict[str, Any]) -> str:
         worst = max(peaks, key=lambda r: r["ratio"])
         return (f"On the GPU, the allocator's count of the weights was {min(r['ratio'] for r in allocated):.4f} to "
                 f"{max(r['ratio'] for r in allocated):.4f} times the state dict (rotary-frequency buffers, the "
-                f"allocator's 512-byte rounding and whatever loading left allocated). The peak memory of a step "
+                f"allocator's rounding of each block and whatever loading left allocated). The peak memory of a step "
                 f"above the resident weights reached {worst['ratio']:.2f} times the KV cache ({worst['model']} "
                 f"[{worst['variant']}], batch {worst['batch']}): that excess is activations and logits, the "
                 f"overhead $O$ of @eq-capacity-plan.")
     return ("A CPU has no allocator statistics comparable to CUDA's, so this run reports only the tensors' own "
-            "sizes. On a GPU the lab adds two rows per model: the allocator's growth while loading (a hair "
-            "above the state dict) and the peak memory of each step above the resident weights, whose excess "
+            "sizes. On a GPU the lab adds two rows per model: the allocator's growth while loading (expected a "
+            "hair above the state dict) and the peak memory of each step above the resident weights, whose excess "
             "over the KV cache is the activations: the overhead $O$ of @eq-capacity-plan, measured.")
 
 
@@ -193,8 +193,9 @@ def kernel_run(results: dict[str, Any]) -> dict[str, Any] | None:
 def kernel_sentence(run: dict[str, Any] | None) -> str:
     """What the kernel table below shows, or, where no GPU run has timed the kernel, what will."""
     if run is None:
-        return ("No GPU run has timed the kernel yet: a CPU cannot. The book's GPU run (`python "
-                "benchmarks/gpu_run.py`, about five minutes on an H100- or H200-class GPU) times it alone on every "
+        return ("No recorded GPU run has timed the kernel yet, and this run does not: the chapter's run leaves "
+                "the kernel benchmark off. The book's GPU run (`python benchmarks/gpu_run.py`, sized for a few "
+                "minutes on an H100- or H200-class GPU; it has not been recorded) times it alone on every "
                 "layer shape of Llama-2-7B, beside dequantize-then-matmul, FP16 `torch.matmul` and a "
                 "device-to-device copy of the same run, and the whole model fused and unfused; when that run is "
                 "recorded, its numbers appear here. On a GPU of your own, `python benchmarks/bench_w4a16.py` "

@@ -1,6 +1,7 @@
 """Which path a :class:`~servebook.qmodel.QuantizedLinear` takes: the fused kernel, or dequantize-then-matmul.
 
-On a CUDA device with Triton installed, a 4-bit layer (group-wise, groups a multiple of
+On a CUDA device of compute capability 8.0 or newer (Ampere on: the GPUs Triton's
+README lists) with Triton installed, a 4-bit layer (group-wise, groups a multiple of
 32, or per channel) multiplies FP16 or BF16 activations with :func:`w4a16_matmul`;
 everywhere else, and for 8-bit or per-tensor layers, the layer dequantizes its
 weight and calls ``torch.nn.functional.linear``.  :func:`use_fused` turns the
@@ -27,6 +28,14 @@ def triton_available() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
+@functools.cache
+def capable(device_index: int) -> bool:
+    """Whether CUDA device ``device_index`` has compute capability 8.0 or newer (a T4, 7.5, has not)."""
+    import torch
+
+    return tuple(torch.cuda.get_device_capability(device_index)) >= (8, 0)
+
+
 @contextlib.contextmanager
 def use_fused(enabled: bool):
     """Within the block, 4-bit layers use the fused kernel (``True``, where it applies) or never (``False``)."""
@@ -47,7 +56,8 @@ def fused_applies(layer, x) -> bool:
 
     return (_state["enabled"] and x.is_cuda and layer.bits == 4 and layer.granularity in ("group", "channel")
             and x.dtype in (torch.float16, torch.bfloat16) and (layer.group_size or 32) % 32 == 0
-            and not (x.requires_grad and torch.is_grad_enabled()) and triton_available())
+            and not (x.requires_grad and torch.is_grad_enabled()) and triton_available()
+            and capable(torch.cuda.current_device() if x.device.index is None else x.device.index))
 
 
 def w4a16_linear(layer, x):
