@@ -6,16 +6,23 @@ layout of a Hugging Face cache, is stored and read back:
 - ``fp8`` / ``fp8_e5m2``: one FP8 number per element, one scale per tensor for K and one for V
   (``k_scale``, ``v_scale``); vLLM 0.33.0 sets both to 1.0 when the checkpoint carries none
   (``model_executor/layers/attention/attention.py``), so the values are cast as they are.
+  Only K and V are modelled.  With ``fp8`` on a backend that takes FP8 queries (FlashAttention 3,
+  vLLM's default on Hopper; FlashInfer's TensorRT-LLM kernels on SM100) vLLM also casts each query
+  to E4M3 with a per-tensor ``q_scale``, 1.0 or, where a checkpoint has K/V scales and no
+  ``q_scale``, ``k_scale`` (``attention.py`` ``query_quant``, ``quantization/kv_cache.py``): this
+  module's queries stay in 16 bits, so it understates the error of ``fp8`` there.
 - ``fp8_per_token_head``, ``int8_per_token_head``: one scale per token and head,
   ``max(absmax / qmax, 1e-6)`` in float32, symmetric (vLLM's ``triton_reshape_and_cache_flash.py``;
   INT8 rounds half away from zero and clamps to -128..127).
 - ``int4_per_token_head``: a randomized Hadamard rotation of each head vector, then asymmetric
   INT4 per token and head, ``s = max((max - min) / 15, 1e-6)`` (``int4_per_token_head.py``; vLLM
   hides the zero point in the low bits of the FP32 scale, so it costs no bytes).
-- ``kivi4``, ``kivi2``: KIVI [Liu et al., 2024]: keys per *channel* (one grid per channel over each
-  group of ``group`` tokens, because key outliers sit in fixed channels), values per *token*
-  (one grid per group of ``group`` channels of a token); the newest tokens that do not yet fill
-  a group stay in 16-bit, KIVI's residual.
+- ``kivi4``, ``kivi2``: KIVI-like [Liu et al., 2024]: keys per *channel* (one grid per channel over
+  each group of ``group`` tokens, because key outliers sit in fixed channels), values per *token*
+  (one grid per group of ``group`` channels of a token).  Harsher than the paper, which keeps the
+  newest R keys *and* values in 16 bits (R = 128 with G = 32 in its experiments): here only the
+  newest keys that do not yet fill a group (fewer than ``group``) stay in 16 bits, and every value
+  is quantized on arrival.
 
 :func:`quantized_cache` applies a scheme to a model's cache during generation: beside the 16-bit
 keys and values it keeps what the quantized cache holds (:class:`QuantizedKV`), each token
@@ -125,7 +132,8 @@ def _int4_rotated(x: torch.Tensor) -> torch.Tensor:
 
 def _kivi(x: torch.Tensor, bits: int, group: int, keys: bool) -> torch.Tensor:
     """Keys: a grid per channel over each group of ``group`` tokens; values: per token, groups of channels.
-    The last tokens that do not fill a group stay as they are (KIVI's full-precision residual)."""
+    The last keys that do not fill a group stay as they are (a residual of fewer than ``group`` keys;
+    no value residual, unlike the paper's R recent tokens of both)."""
     tokens = x.shape[-2]
     full = tokens - tokens % group if keys else tokens
     out = x.clone()
