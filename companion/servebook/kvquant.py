@@ -1,4 +1,4 @@
-"""Quantizing the KV cache: vLLM 0.33.0's ``--kv-cache-dtype`` schemes and KIVI, as fake quantization.
+"""Quantizing the KV cache: vLLM 0.33.0's ``--kv-cache-dtype`` schemes and a KIVI-like one, as fake quantization.
 
 Each scheme says how a key or value tensor of shape (batch, kv_heads, tokens, head_dim), the
 layout of a Hugging Face cache, is stored and read back:
@@ -70,8 +70,8 @@ SCHEMES = {s.name: s for s in (
     KVScheme("fp8_per_token_head", 8, 4, "FP8 E4M3, an FP32 scale per token and head"),
     KVScheme("int8_per_token_head", 8, 4, "INT8 symmetric, an FP32 scale per token and head"),
     KVScheme("int4_per_token_head", 4, 4, "Hadamard rotation, INT4 asymmetric per token and head"),
-    KVScheme("kivi4", 4, 0, "KIVI: INT4 keys per channel, values per token, groups of 32"),
-    KVScheme("kivi2", 2, 0, "KIVI: INT2 keys per channel, values per token, groups of 32"),
+    KVScheme("kivi4", 4, 0, "KIVI-like: INT4 keys per channel, values per token, groups of 32"),
+    KVScheme("kivi2", 2, 0, "KIVI-like: INT2 keys per channel, values per token, groups of 32"),
 )}
 
 
