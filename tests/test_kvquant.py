@@ -209,3 +209,34 @@ def test_a_layers_quantized_cache_refuses_bad_scales_and_schemes():
         kvquant.QuantizedKV("fp8", v_scale="1")
     with pytest.raises(ValueError, match="scheme must be one of"):
         kvquant.QuantizedKV("fp4")
+
+
+def test_fp8_queries_cast_each_layers_queries_with_its_scale_and_restore_the_model(tiny, monkeypatch):
+    from transformers.integrations import sdpa_attention
+
+    model, ids = tiny
+    batch = ids[:64].unsqueeze(0)
+    seen = []
+    real = sdpa_attention.sdpa_attention_forward
+
+    def record(module, query, *args, **kwargs):
+        seen.append((module.layer_idx, query))
+        return real(module, query, *args, **kwargs)
+
+    with torch.no_grad():
+        plain = model(input_ids=batch).logits
+        scales = [0.01 * (i + 1) for i in range(len(model.model.layers))]
+        monkeypatch.setattr(sdpa_attention, "sdpa_attention_forward", record)
+        with kvquant.fp8_queries(model, scales):
+            rounded = model(input_ids=batch).logits
+        monkeypatch.undo()
+        after = model(input_ids=batch).logits
+    assert [layer for layer, _ in seen] == list(range(len(scales)))
+    for layer, query in seen:      # on the E4M3 grid of its layer's scale: casting again changes nothing
+        assert torch.equal(query, quant.fake_quantize_fp8(query, scales[layer]))
+    assert not torch.equal(rounded, plain) and torch.equal(after, plain)
+    assert model.config._attn_implementation == "sdpa"
+    assert not hasattr(model.model.layers[0].self_attn, "fp8_q_scale")
+    with pytest.raises(ValueError, match="one scale per layer"):
+        with kvquant.fp8_queries(model, [1.0]):
+            pass

@@ -15,9 +15,13 @@ for every other channel.  Two remedies, both here as fake quantization on a torc
   are multiplied in 16 bits, the rest in INT8 (per token, weights per output channel);
 - ``"smoothquant"`` (SmoothQuant [Xiao et al., 2023]): ``X W^T = (X / s)(W s)^T`` with
   ``s_j = max|X_j|^alpha / max|W_j|^(1 - alpha)`` from calibration data, moving the outliers' range
-  into the weights, then W8A8 per token.  The real method folds ``1 / s`` into the RMSNorm before
-  q, k, v (and gate, up), so they share one ``s``; here each layer gets its own, applied to its
-  input, which is the same arithmetic.
+  into the weights, then W8A8 per token.  Not the paper's placement: its reference code
+  (``smoothquant/smooth.py``) smooths only the layers a norm feeds (q, k, v with one ``s`` shared
+  from the largest of their weight columns; the first MLP layer), folding ``1 / s`` into the norm.
+  Here every linear layer, ``o_proj`` and ``down_proj`` included, gets its own ``s`` and divides
+  its input by it at run time.  :func:`plant_activation_outliers` cannot hurt it: planting scales
+  ``X_j`` by ``f`` and ``W_j`` by ``1 / f``, so ``s_j`` becomes ``f s_j`` and the smoothed layer is
+  the trained one's up to float rounding.
 
 Weights are INT8 (or FP8) per output channel, symmetric, in every scheme.
 """

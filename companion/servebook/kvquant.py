@@ -1,4 +1,4 @@
-"""Quantizing the KV cache: vLLM 0.33.0's ``--kv-cache-dtype`` schemes and KIVI, as fake quantization.
+"""Quantizing the KV cache: vLLM 0.33.0's ``--kv-cache-dtype`` schemes and a KIVI-like one, as fake quantization.
 
 Each scheme says how a key or value tensor of shape (batch, kv_heads, tokens, head_dim), the
 layout of a Hugging Face cache, is stored and read back:
@@ -6,16 +6,24 @@ layout of a Hugging Face cache, is stored and read back:
 - ``fp8`` / ``fp8_e5m2``: one FP8 number per element, one scale per tensor for K and one for V
   (``k_scale``, ``v_scale``); vLLM 0.33.0 sets both to 1.0 when the checkpoint carries none
   (``model_executor/layers/attention/attention.py``), so the values are cast as they are.
+  With ``fp8`` on a backend that takes FP8 queries (FlashAttention 3, vLLM's default on Hopper;
+  FlashInfer's TensorRT-LLM kernels on SM100) vLLM also casts each query to E4M3 with a
+  per-tensor ``q_scale``, the checkpoint's or 1.0 (``attention.py``'s ``query_quant``).  A checkpoint
+  with K/V scales and no ``q_scale`` gets 1.0 too: ``quantization/kv_cache.py`` warns that it sets
+  ``q_scale`` to ``k_scale``, then overwrites it with 1.0 before attention reads it.  The cache alone
+  leaves the queries in 16 bits; :func:`fp8_queries` rounds them too.
 - ``fp8_per_token_head``, ``int8_per_token_head``: one scale per token and head,
   ``max(absmax / qmax, 1e-6)`` in float32, symmetric (vLLM's ``triton_reshape_and_cache_flash.py``;
   INT8 rounds half away from zero and clamps to -128..127).
 - ``int4_per_token_head``: a randomized Hadamard rotation of each head vector, then asymmetric
   INT4 per token and head, ``s = max((max - min) / 15, 1e-6)`` (``int4_per_token_head.py``; vLLM
   hides the zero point in the low bits of the FP32 scale, so it costs no bytes).
-- ``kivi4``, ``kivi2``: KIVI [Liu et al., 2024]: keys per *channel* (one grid per channel over each
-  group of ``group`` tokens, because key outliers sit in fixed channels), values per *token*
-  (one grid per group of ``group`` channels of a token); the newest tokens that do not yet fill
-  a group stay in 16-bit, KIVI's residual.
+- ``kivi4``, ``kivi2``: KIVI-like [Liu et al., 2024]: keys per *channel* (one grid per channel over
+  each group of ``group`` tokens, because key outliers sit in fixed channels), values per *token*
+  (one grid per group of ``group`` channels of a token).  Harsher than the paper, which keeps the
+  newest R keys *and* values in 16 bits (R = 128 with G = 32 in its experiments): here only the
+  newest keys that do not yet fill a group (fewer than ``group``) stay in 16 bits, and every value
+  is quantized on arrival.
 
 :func:`quantized_cache` applies a scheme to a model's cache during generation: beside the 16-bit
 keys and values it keeps what the quantized cache holds (:class:`QuantizedKV`), each token
@@ -25,6 +33,7 @@ quantized once, and hands attention that.
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 
@@ -38,7 +47,7 @@ from .units import ceil_div
 
 __all__ = ["SCHEMES", "KVScheme", "scheme", "fake_quantize_kv", "QuantizedKV", "quantized_cache", "calibrated_scales",
            "kv_bytes_per_token",
-           "attention_error", "hadamard"]
+           "attention_error", "hadamard", "fp8_queries"]
 
 PER_TOKEN_HEAD_FLOOR = 1e-6   # vLLM's floor on a per-(token, head) scale
 
@@ -61,8 +70,8 @@ SCHEMES = {s.name: s for s in (
     KVScheme("fp8_per_token_head", 8, 4, "FP8 E4M3, an FP32 scale per token and head"),
     KVScheme("int8_per_token_head", 8, 4, "INT8 symmetric, an FP32 scale per token and head"),
     KVScheme("int4_per_token_head", 4, 4, "Hadamard rotation, INT4 asymmetric per token and head"),
-    KVScheme("kivi4", 4, 0, "KIVI: INT4 keys per channel, values per token, groups of 32"),
-    KVScheme("kivi2", 2, 0, "KIVI: INT2 keys per channel, values per token, groups of 32"),
+    KVScheme("kivi4", 4, 0, "KIVI-like: INT4 keys per channel, values per token, groups of 32"),
+    KVScheme("kivi2", 2, 0, "KIVI-like: INT2 keys per channel, values per token, groups of 32"),
 )}
 
 
@@ -125,7 +134,8 @@ def _int4_rotated(x: torch.Tensor) -> torch.Tensor:
 
 def _kivi(x: torch.Tensor, bits: int, group: int, keys: bool) -> torch.Tensor:
     """Keys: a grid per channel over each group of ``group`` tokens; values: per token, groups of channels.
-    The last tokens that do not fill a group stay as they are (KIVI's full-precision residual)."""
+    The last keys that do not fill a group stay as they are (a residual of fewer than ``group`` keys;
+    no value residual, unlike the paper's R recent tokens of both)."""
     tokens = x.shape[-2]
     full = tokens - tokens % group if keys else tokens
     out = x.clone()
@@ -284,3 +294,46 @@ def quantized_cache(name: str, k_scales=None, v_scales=None):
     cache = _cache_class()()
     cache.scheme, cache.k_scales, cache.v_scales = scheme(name).name, k_scales, v_scales
     return cache
+
+
+_FP8_QUERY_ATTENTION = "servebook_fp8_queries"
+
+
+def _fp8_query_attention(module, query, key, value, attention_mask, **kwargs):
+    # vLLM's query_quant: a static per-tensor E4M3 cast of the query after RoPE, before attention.
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    query = fake_quantize_fp8(query, module.fp8_q_scale, FP8Format.E4M3)
+    return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+
+@contextmanager
+def fp8_queries(model, q_scales=None):
+    """Within the block, ``model``'s attention casts each query to E4M3 with its layer's ``q_scale``.
+
+    What vLLM 0.33.0 adds to ``--kv-cache-dtype fp8`` on FlashAttention 3 (an H100): the queries,
+    after RoPE, are scaled by ``q_scales[layer]`` (1.0 each when omitted, what vLLM uses for a
+    checkpoint without ``q_scale``, calibrated K/V scales or not), cast and read back.  For a
+    Hugging Face model with SDPA attention; the model's attention is restored on leaving.
+    """
+    from transformers import AttentionInterface
+
+    if not hasattr(model, "set_attn_implementation"):
+        raise TypeError("fp8_queries needs a transformers model with set_attn_implementation (transformers 5)")
+    layers = [layer.self_attn for layer in model.model.layers]
+    scales = [1.0] * len(layers) if q_scales is None else [positive("q_scale", float(s)) for s in q_scales]
+    if len(scales) != len(layers):
+        raise ValueError(f"q_scales must hold one scale per layer ({len(layers)}), got {len(scales)}")
+    before = model.config._attn_implementation
+    if before != "sdpa":
+        raise ValueError(f"fp8_queries needs a model with SDPA attention, got {before!r}")
+    AttentionInterface.register(_FP8_QUERY_ATTENTION, _fp8_query_attention)
+    for attention, scale in zip(layers, scales, strict=True):
+        attention.fp8_q_scale = scale
+    model.set_attn_implementation(_FP8_QUERY_ATTENTION)
+    try:
+        yield model
+    finally:
+        model.set_attn_implementation(before)
+        for attention in layers:
+            del attention.fp8_q_scale

@@ -41,7 +41,7 @@ __all__ = ["FP8Format", "fp8_max", "fp8_values", "choose_fp8_scale", "quantize_f
 
 
 class FP8Format(enum.Enum):
-    """The two FP8 formats of Hopper and Blackwell tensor cores (OCP FP8)."""
+    """The two FP8 formats (OCP FP8) of NVIDIA's Ada, Hopper and Blackwell tensor cores."""
 
     #: 4 exponent bits, 3 mantissa bits, finite only: max 448
     E4M3 = "e4m3"
