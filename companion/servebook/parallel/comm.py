@@ -20,10 +20,12 @@ At decode the messages are small (a batch of 16 tokens of Llama-3-70B is
     time = base + 2 (t - 1) * hop + 2 (t - 1) / t * M / B
 
 with the latencies of NCCL's own tuning model for its low-latency (LL) ring
-protocol (``src/graph/tuning.cc``: base 3.6 us; per hop 0.47 us on NVLink,
-1.0 us on PCIe) and B the link's bandwidth per direction.  Both are the best
-case (LL reaches only a part of the bandwidth; the large-message protocol has
-larger latencies), so the time is a lower bound, like the roofline.
+protocol (``src/graph/tuning.cc``, the same in NCCL 2.20.3, 2.28.3 and
+2.30.7: base 6.6 us; per hop 0.6 us on NVLink, 1.0 us on PCIe, 2.7 us
+through the network; NCCL 2.7 had 3.6 and 0.47 us) and B the link's
+bandwidth per direction.  Both are the best case (LL reaches only a part of
+the bandwidth; the large-message protocol has larger latencies), so the time
+is a lower bound, like the roofline.
 
 A **pipeline** sends each token's hidden state and residual (2 * d_model * p
 bytes) from stage to stage, and its stages wait for one another: with m
@@ -41,11 +43,17 @@ from ..units import bytes_per_element
 ALLREDUCES_PER_LAYER = 2
 """Attention output and MLP down projection: the two row-parallel layers of a Llama block."""
 
-NCCL_BASE_LATENCY = 3.6e-6
+NCCL_VERSION = "2.30.7"
+"""The NCCL whose tuning model the latencies below are read from (the same as in 2.20.3 and 2.28.3)."""
+
+NCCL_BASE_LATENCY = 6.6e-6
 """Seconds: NCCL's base latency of a ring all-reduce, LL protocol (``tuning.cc``, ``baseLat``)."""
 
-NCCL_HOP_LATENCY = {"nvlink": 0.47e-6, "pcie": 1.0e-6}
+NCCL_HOP_LATENCY = {"nvlink": 0.6e-6, "pcie": 1.0e-6}
 """Seconds per ring step on each kind of link, LL protocol (``tuning.cc``, ``hwLat``)."""
+
+NCCL_NET_HOP_LATENCY = 2.7e-6
+"""Seconds per ring step that crosses the network between nodes, LL protocol (``hwLat``, ``NET``)."""
 
 
 def link_kind(link: Link) -> str:

@@ -19,7 +19,7 @@ class BatchingServer:
 
     model: str = "llama-2-13b"
     gpu: str = "a100-40gb-sxm"
-    overhead: int = 4 * GiB      # activations, CUDA context and fragmentation: the first edition's flat guess
+    overhead: int = 4 * GiB      # activations, CUDA context and fragmentation: the capacity chapter's flat guess
     max_len: int = 2048          # tokens a naive server reserves per request
     block_size: int = 16         # tokens per block of the paged allocator
     watermark: float = 0.01      # blocks an admission leaves free while others run (vLLM 0.33.0's default: 0)
