@@ -12,8 +12,10 @@ is a power of the channel's mean activation magnitude,
 with ``alpha`` searched on a grid of ``grid`` values in [0, 1) to minimise the
 layer's output error on calibration data.  ``alpha = 0`` is plain round-to-nearest,
 so the search can only do as well or better on the data it sees.  The weights are
-then quantized group-wise, round to nearest, in :mod:`servebook.quant`'s format;
-``1 / s`` must be folded into whatever produces the input (the RMSNorm before
+then quantized group-wise, round to nearest, in :mod:`servebook.quant`'s format, on the grids of
+:func:`servebook.quant.weight_qparams` (range widened to contain 0; the reference code's
+``pseudo_quantize_tensor`` clips the zero point instead, and also searches a clipping range, which
+this module leaves out); ``1 / s`` must be folded into whatever produces the input (the RMSNorm before
 q/k/v, the up projection before down): :mod:`servebook.qmodel` does that.
 
 The output error is measured as ``||X (W - W_hat)^T||^2 / n = tr(E G E^T)`` with the

@@ -98,7 +98,9 @@ def for_each_block(model: nn.Module, layers: dict[str, nn.Linear], calibration: 
 
     ``inside``: the block's layers among ``layers``, by their names inside the block (``"mlp.up_proj"``);
     ``prefix``: the block's name in ``model``; ``inputs``: what the block receives, computed by the
-    blocks before it as ``quantize_block`` left them.
+    blocks before it as ``quantize_block`` left them (quantized), as GPTQ's reference code does. AWQ's
+    reference code (``run_awq`` in llm-awq) instead computes each block's output before it scales or
+    quantizes the block; :func:`servebook.qmodel.quantize_model` uses this one loop for both.
     """
     blocks = decoder_blocks(model)
     inputs = block_inputs(model, blocks[0], calibration, batch_size)

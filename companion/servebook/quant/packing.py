@@ -9,7 +9,9 @@ against 0.17.0 and 0.20.1: element ``k`` of a word shifted left by ``4k``, with 
 ``q`` offset by 8 into 0..15 first), which is the ``pack-quantized`` format vLLM loads, and it is
 what :class:`servebook.qmodel.QuantizedLinear` stores and the book's Triton kernel unpacks.
 :func:`servebook.checkpoint.pack_int32` is this function followed by that view; the tests check
-it against compressed-tensors' own packer.
+it against compressed-tensors' own packer.  AWQ checkpoints pack differently: eight codes of
+neighbouring *output* channels per int32 word, elements 0, 2, 4, 6, 1, 3, 5, 7 from the lowest
+nibble up (vLLM 0.33.0 reorders them on loading, ``_REVERSE_AWQ_PACK_ORDER`` in ``auto_awq.py``).
 """
 
 from __future__ import annotations
