@@ -23,3 +23,14 @@ def test_a_list_reads_as_prose():
     for bad in ("abc", [], 3):
         with pytest.raises(TypeError, match="items"):
             fmt.listed(bad)
+
+
+def test_prose_rounding_writes_plain_numbers():
+    assert [fmt.significant(v) for v in (11115, 12.9, 0.5, 507.9)] == ["11,000", "13", "0.5", "510"]
+    assert fmt.significant(39.4, 1) == "40"        # where num writes '4e+01'
+    cases = ((873, 10), (4.67, 0.5), (2.41, 0.5), (8.9, 5))
+    assert [fmt.nearest(v, step) for v, step in cases] == ["870", "4.5", "2.5", "10"]
+    with pytest.raises(ValueError, match="step"):
+        fmt.nearest(1.0, 0)
+    with pytest.raises(ValueError, match="digits"):
+        fmt.significant(1.0, 0)

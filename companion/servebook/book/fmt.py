@@ -14,8 +14,8 @@ from .. import checks
 from .. import text as plain
 from ..units import fmt_both, fmt_bytes
 
-__all__ = ["WIDTH", "size", "both", "pct", "change", "num", "power_of_two", "spelled", "ordinal", "listed", "table",
-           "wrap"]
+__all__ = ["WIDTH", "size", "both", "pct", "change", "num", "power_of_two", "spelled", "ordinal", "listed", "nearest",
+           "significant", "table", "wrap"]
 
 WIDTH = plain.WIDTH
 """Columns of a page's output block: what a code cell prints fits in this many characters."""
@@ -40,6 +40,20 @@ def change(value: float, reference: float, digits: int = 1) -> str:
 def num(value, digits: int = 6) -> str:
     """A number in its shortest form (``'0.0333333'``, ``'17'``): exact Fractions and floats alike."""
     return f"{float(value):.{digits}g}"
+
+
+def significant(value: float, digits: int = 2) -> str:
+    """``value`` to ``digits`` significant digits, written plainly, as prose rounds: ``significant(11115)`` is
+    ``'11,000'``, ``significant(39.4, 1)`` is ``'40'`` (where :func:`num` writes ``'4e+01'``)."""
+    digits = checks.whole("digits", digits, 1)
+    return f"{float(f'{float(value):.{digits}g}'):,g}"
+
+
+def nearest(value: float, step: float) -> str:
+    """``value`` rounded to the nearest multiple of ``step``: ``nearest(873, 10)`` is ``'870'``,
+    ``nearest(4.67, 0.5)`` is ``'4.5'``."""
+    step = checks.positive("step", step)
+    return f"{round(value / step) * step:g}"
 
 
 _SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")

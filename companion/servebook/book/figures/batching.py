@@ -34,11 +34,6 @@ def _binned(result: batching.SimulationResult, values: np.ndarray, n_bins: int =
     return centres[keep], total[keep] / weight[keep]
 
 
-def _nearest(value: float, step: float) -> str:
-    """``value`` rounded to the nearest multiple of ``step``, as the alt texts write it: 8.9 to 5 is '10'."""
-    return f"{round(value / step) * step:g}"
-
-
 def _kv_shares(result: batching.SimulationResult):
     """Binned times, and the shares of the KV pool that hold tokens and that are reserved, at each."""
     total = result.slots_total
@@ -82,13 +77,13 @@ def kv_memory_over_time_alt(runs: dict | None = None, policy: str = "continuous"
     plateau = np.median(full)
     falls = t[full >= 0.9 * plateau][-1]  # the last moment the paged pool is near its usual fill
     return ("Two stacked area charts of the share of the KV pool, 0 to 100 percent, against modelled time. "
-            f"Left, naive: a teal band holding tokens fluctuates between {_nearest(100 * stored.min(), 5)} and "
-            f"{_nearest(100 * stored.max(), 5)} percent, a red band of reserved but empty memory fills the rest up "
-            f"to about {_nearest(100 * reserved.max(), 1)} percent, and a thin grey band of free memory sits on "
-            f"top; the run ends after about {_nearest(naive.steps['time_s'][-1], 10)} seconds. Right, paged: the "
-            f"teal band fills about {_nearest(100 * plateau, 5)} percent, with a thin red band above it, until "
-            f"about {_nearest(falls, 10)} seconds, when it falls away as the last requests finish; the run ends "
-            f"after about {_nearest(paged.steps['time_s'][-1], 10)} seconds.")
+            f"Left, naive: a teal band holding tokens fluctuates between {fmt.nearest(100 * stored.min(), 5)} and "
+            f"{fmt.nearest(100 * stored.max(), 5)} percent, a red band of reserved but empty memory fills the rest up "
+            f"to about {fmt.nearest(100 * reserved.max(), 1)} percent, and a thin grey band of free memory sits on "
+            f"top; the run ends after about {fmt.nearest(naive.steps['time_s'][-1], 10)} seconds. Right, paged: the "
+            f"teal band fills about {fmt.nearest(100 * plateau, 5)} percent, with a thin red band above it, until "
+            f"about {fmt.nearest(falls, 10)} seconds, when it falls away as the last requests finish; the run ends "
+            f"after about {fmt.nearest(paged.steps['time_s'][-1], 10)} seconds.")
 
 
 def _running(result: batching.SimulationResult, window_s: float):
@@ -146,9 +141,9 @@ def batch_size_over_time_alt(runs: dict | None = None, window_s: float = 120.0) 
     return (f"Two line charts of requests running against modelled time from 0 to {window_s:g} seconds. Left, "
             f"naive allocator: the continuous line is flat at {flat}; the static line jumps to {flat} at each new "
             f"batch and steps down to {round(naive_static.min())}, then waits there before the next jump. Right, "
-            f"paged allocator: the static line jumps to between {_nearest(paged_batches.min(), 10)} and "
-            f"{_nearest(paged_batches.max(), 10)} at each batch and decays towards {round(paged_static.min())}; "
-            f"the continuous line stays mostly between {_nearest(low, 10)} and {_nearest(high, 10)}, with "
+            f"paged allocator: the static line jumps to between {fmt.nearest(paged_batches.min(), 10)} and "
+            f"{fmt.nearest(paged_batches.max(), 10)} at each batch and decays towards {round(paged_static.min())}; "
+            f"the continuous line stays mostly between {fmt.nearest(low, 10)} and {fmt.nearest(high, 10)}, with "
             "saw-tooth drops.")
 
 

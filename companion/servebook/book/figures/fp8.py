@@ -7,6 +7,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ... import quant
+from .. import fmt
 from . import _style
 
 
@@ -22,11 +23,6 @@ def _grids(top: float):
     int8 = np.arange(128) * (top / 127)
     e4m3 = quant.fp8_values("e4m3") * (top / quant.fp8_max("e4m3"))
     return x, int8, e4m3
-
-
-def _rounded(value: float, digits: int) -> str:
-    """``value`` to ``digits`` significant digits, written plainly: 39.4 to one digit is '40', not '4e+01'."""
-    return f"{float(f'{value:.{digits}g}'):g}"
 
 
 def fp8_vs_int8_grid(top: float = 448.0) -> Figure:
@@ -63,13 +59,13 @@ def fp8_vs_int8_grid_alt(top: float = 448.0) -> str:
     if np.ptp(flat) > 1e-9 * flat[0] or above[0] or not above[-1]:  # the text: INT8 flat, FP8 rising across it
         raise RuntimeError("fp8_vs_int8_grid_alt describes a flat INT8 error that FP8's rising error crosses")
     relative_int8, relative_fp8 = flat / x, stairs / x
+    sig = fmt.significant
     return (f"Two log-log panels over values from {x[0]:.2g} to {top:g}. Left: worst absolute rounding error; "
-            f"INT8 is a flat line near {flat[0]:.2g}, FP8 E4M3 a staircase rising from {_rounded(stairs.min(), 1)} "
-            f"to {_rounded(stairs.max(), 2)}, crossing INT8 near {_rounded(x[np.argmax(above)], 2)}. Right: worst "
-            f"relative error; INT8 falls as a straight line from {_rounded(relative_int8[0], 1)} to "
-            f"{_rounded(relative_int8[-1], 1)}, FP8 is a flat sawtooth between {_rounded(relative_fp8.min(), 1)} "
-            f"and {_rounded(relative_fp8.max(), 1)}.")
-
+            f"INT8 is a flat line near {flat[0]:.2g}, FP8 E4M3 a staircase rising from {sig(stairs.min(), 1)} "
+            f"to {sig(stairs.max(), 2)}, crossing INT8 near {sig(x[np.argmax(above)], 2)}. Right: worst "
+            f"relative error; INT8 falls as a straight line from {sig(relative_int8[0], 1)} to "
+            f"{sig(relative_int8[-1], 1)}, FP8 is a flat sawtooth between {sig(relative_fp8.min(), 1)} "
+            f"and {sig(relative_fp8.max(), 1)}.")
 
 FIGURES = {"fp8-vs-int8-grid": fp8_vs_int8_grid}
 

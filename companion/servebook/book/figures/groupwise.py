@@ -7,6 +7,8 @@ The synthetic matrices are seeded; the small-model figures read the cached resul
 
 from __future__ import annotations
 
+from functools import partial
+
 import matplotlib
 import matplotlib.ticker
 import numpy as np
@@ -19,11 +21,6 @@ from . import _style
 GRANULARITIES = ("tensor", "channel", 256, 128, 64, 32)
 # Methods take series colours: orange and teal mean weights and KV cache everywhere in the book.
 METHOD_COLOURS = {"fp32": _style.MUTED, "rtn": _style.SEQUENCE[2], "gptq": _style.ACCENT, "awq": _style.SEQUENCE[3]}
-
-
-def _halves(value: float) -> str:
-    """``value`` to the nearest half, as the alt texts write it: 2.41 is '2.5', 4.03 is '4'."""
-    return f"{round(2 * value) / 2:g}"
 
 
 def _granularity_label(granularity) -> str:
@@ -201,11 +198,13 @@ def gptq_awq_layer_errors_alt(rows: list[dict] | None = None, group_size: int = 
     if np.any(np.abs(awq / rtn - 1) > 0.1) or np.any(gptq >= rtn) or worst != {"down"}:
         raise RuntimeError("gptq_awq_layer_errors_alt describes AWQ level with RTN, worst at a down projection, "
                            "and GPTQ below both")
+    half = partial(fmt.nearest, step=0.5)  # the text rounds to the nearest half
+
     return (f"Grouped bar chart with {len(rows)} groups, one per linear layer from {names[0]} to {names[-1]}, each "
             "with a brown RTN bar, a blue GPTQ bar and a purple AWQ bar; y axis output error in percent from 0 to "
             f"about {np.ceil(level.max()):.0f}. Brown and purple bars are nearly equal everywhere, between about "
-            f"{_halves(level.min())} and {_halves(level.max())} percent, highest at the down projections; blue bars "
-            f"are much lower, between about {_halves(gptq.min())} and {_halves(gptq.max())} percent.")
+            f"{half(level.min())} and {half(level.max())} percent, highest at the down projections; blue bars "
+            f"are much lower, between about {half(gptq.min())} and {half(gptq.max())} percent.")
 
 
 FIGURES = {

@@ -73,7 +73,7 @@ def _context_curve(spec: models.ModelSpec, longest: int, dtype: str) -> tuple[in
 
 def _about(gib: float) -> str:
     """``gib`` to two significant digits, with 'about ' where the rounding changed it."""
-    said = f"{gib:.2g}"
+    said = fmt.significant(gib)
     return said if float(said) == gib else f"about {said}"
 
 

@@ -20,11 +20,6 @@ def _intensities() -> np.ndarray:
     return np.logspace(-0.5, 5, 200)
 
 
-def _about(value: float) -> str:
-    """``value`` to two significant digits, written with thousands commas: 11,115 is '11,000', 12.9 is '13'."""
-    return f"{float(f'{value:.2g}'):,g}"
-
-
 def roofline_prefill_decode(case: scenarios.RooflineCase = scenarios.PREFILL_DECODE) -> Figure:
     """The GPU's roofline with the model's decode steps (left of the ridge) and prefill steps (right)."""
     device = case.device
@@ -75,7 +70,7 @@ def roofline_prefill_decode_alt(case: scenarios.RooflineCase = scenarios.PREFILL
     if max(decodes) >= ridge or min(prefills) <= ridge:  # the text puts decode on the slope, prefill on the roof
         raise RuntimeError(f"roofline_prefill_decode_alt describes decode below the ridge {ridge:.0f} and prefill "
                            f"above it; decode at {decodes}, prefill at {prefills}")
-    decode_at, prefill_at = fmt.listed([_about(i) for i in decodes]), fmt.listed([_about(i) for i in prefills])
+    decode_at, prefill_at = (fmt.listed([fmt.significant(i) for i in points]) for points in (decodes, prefills))
     return (f"Log-log roofline chart. X axis: arithmetic intensity in FLOP per byte from {x[0]:.1g} to "
             f"{x[-1]:,.0f}; Y axis: attainable TFLOP/s. A solid grey line rises with slope "
             f"{device.bandwidth / 1e12:,.3f} TB/s and flattens at {device.fp16_flops / 1e12:,.0f} TFLOP/s at the "
