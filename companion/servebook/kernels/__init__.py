@@ -13,9 +13,9 @@
 Importing this package never imports Triton: the kernel module is loaded when it first runs.
 """
 
-from .dispatch import fused_applies, triton_available, use_fused, w4a16_linear
+from .dispatch import MIN_CAPABILITY, fused_applies, triton_available, use_fused, w4a16_linear
 from .source import kernel_source
 from .w4a16 import SYMMETRIC_OFFSET, Tiles, choose_tiles, fused_bytes, unfused_bytes, w4a16_matmul
 
 __all__ = ["w4a16_matmul", "Tiles", "choose_tiles", "fused_bytes", "unfused_bytes", "SYMMETRIC_OFFSET",
-           "fused_applies", "triton_available", "use_fused", "w4a16_linear", "kernel_source"]
+           "MIN_CAPABILITY", "fused_applies", "triton_available", "use_fused", "w4a16_linear", "kernel_source"]

@@ -17,9 +17,12 @@ import importlib.util
 from ..checks import flag
 from .w4a16 import w4a16_matmul
 
-__all__ = ["triton_available", "fused_applies", "w4a16_linear", "use_fused"]
+__all__ = ["MIN_CAPABILITY", "triton_available", "capable", "fused_applies", "w4a16_linear", "use_fused"]
 
 _state = {"enabled": True}
+
+MIN_CAPABILITY = (8, 0)
+"""The oldest CUDA compute capability the fused kernel runs on: Ampere, the GPUs Triton's README lists."""
 
 
 @functools.cache
@@ -30,10 +33,10 @@ def triton_available() -> bool:
 
 @functools.cache
 def capable(device_index: int) -> bool:
-    """Whether CUDA device ``device_index`` has compute capability 8.0 or newer (a T4, 7.5, has not)."""
+    """Whether CUDA device ``device_index`` has :data:`MIN_CAPABILITY` or newer (a T4, 7.5, has not)."""
     import torch
 
-    return tuple(torch.cuda.get_device_capability(device_index)) >= (8, 0)
+    return tuple(torch.cuda.get_device_capability(device_index)) >= MIN_CAPABILITY
 
 
 @contextlib.contextmanager
