@@ -158,15 +158,16 @@ def test_vllm_page_per_layer_for_each_kind():
 
 def test_vllm_reserves_a_few_blocks_more_than_the_window():
     # SlidingWindowSpec.max_admission_blocks_per_request: cdiv(min(W - 1 + in-flight, max_model_len), block) + 1.
-    kw = dict(block_size=16, max_num_batched_tokens=2048)
+    kw = dict(block_size=16, max_num_batched_tokens=2048, concurrent_batches=1)  # --no-async-scheduling
     assert memory.vllm_max_blocks("gemma-2-9b", "sliding", 8192, **kw) == (4095 + 2048 + 15) // 16 + 1 == 385
     assert memory.vllm_max_blocks("gemma-2-9b", "global", 8192, **kw) == 512
     assert 4096 // 16 < 385  # W alone would be 256 blocks
     # With async scheduling (2 batches in flight) the bound reaches max_model_len's blocks, plus one.
-    assert memory.vllm_max_blocks("gemma-2-9b", "sliding", 8192, concurrent_batches=2, **kw) == 513
+    assert memory.vllm_max_blocks("gemma-2-9b", "sliding", 8192, **(kw | dict(concurrent_batches=2))) == 513
+    assert memory.VLLM_CONCURRENT_BATCHES == 2  # vLLM 0.33.0's default: async scheduling
     # ChunkedLocalAttentionSpec: cdiv(min(C + in-flight, max_model_len), block).
     assert memory.vllm_max_blocks("llama-4-scout", "chunked", 32_768, block_size=16,
-                                  max_num_batched_tokens=8192) == 1024
+                                  max_num_batched_tokens=8192, concurrent_batches=1) == 1024
     page = memory.vllm_page_bytes("gemma-2-9b")
     assert memory.vllm_max_request_bytes("gemma-2-9b", 8192, **kw) == 21 * page * (512 + 385)
 

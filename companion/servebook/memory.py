@@ -156,8 +156,14 @@ def vllm_page_bytes(model: ModelSpec | str, block_size: int = 16, dtype: str = "
     return block_size * kv_bytes_per_token_per_layer(model, dtype)
 
 
+VLLM_CONCURRENT_BATCHES = 2
+"""Batches in flight in vLLM 0.33.0 by default: asynchronous scheduling is on unless something rules it
+out (``VllmConfig.__post_init__``), and then ``VllmConfig.max_concurrent_batches`` is 2 (``config/vllm.py``);
+1 with ``--no-async-scheduling``."""
+
+
 def vllm_max_blocks(model: ModelSpec | str, kind: str, max_model_len: int, *, block_size: int = 16,
-                    max_num_batched_tokens: int, concurrent_batches: int = 1) -> int:
+                    max_num_batched_tokens: int, concurrent_batches: int = VLLM_CONCURRENT_BATCHES) -> int:
     """Blocks vLLM 0.33.0 reserves per request for one layer of ``kind`` (its pool sizing and admission bound).
 
     - global (``FullAttentionSpec.max_memory_usage_bytes``): cdiv(max_model_len, block_size);
@@ -169,7 +175,8 @@ def vllm_max_blocks(model: ModelSpec | str, kind: str, max_model_len: int, *, bl
 
     In-flight tokens are ``concurrent_batches * max_num_batched_tokens``
     (``VllmConfig.max_in_flight_tokens``: 2 batches with async scheduling, the
-    pipeline depth with pipeline parallelism, else 1).  vLLM's default
+    default, :data:`VLLM_CONCURRENT_BATCHES`; the pipeline depth with pipeline
+    parallelism; 1 without either).  vLLM's default
     ``max_num_batched_tokens`` depends on the GPU and the entry point
     (``engine/arg_utils.py``), so it is required here.
     """
@@ -187,7 +194,8 @@ def vllm_max_blocks(model: ModelSpec | str, kind: str, max_model_len: int, *, bl
 
 
 def vllm_max_request_bytes(model: ModelSpec | str, max_model_len: int, *, block_size: int = 16,
-                           max_num_batched_tokens: int, concurrent_batches: int = 1, dtype: str = "fp16") -> int:
+                           max_num_batched_tokens: int, concurrent_batches: int = VLLM_CONCURRENT_BATCHES,
+                           dtype: str = "fp16") -> int:
     """KV bytes vLLM 0.33.0 reserves for one request of ``max_model_len`` tokens: blocks times pages, every layer."""
     spec = models.resolve(model)
     page = vllm_page_bytes(spec, block_size, dtype)

@@ -79,16 +79,15 @@ class VllmReservation:
 
     ``max_num_batched_tokens`` = 8,192 is ``vllm serve``'s default on an H100
     or H200 in that version (``engine/arg_utils.py``, ``get_batch_defaults``);
-    ``concurrent_batches`` = 2 is its default too: asynchronous scheduling is on
-    unless something rules it out (``VllmConfig.__post_init__``), and then
-    ``VllmConfig.max_concurrent_batches`` is 2 (``config/vllm.py``).
+    ``concurrent_batches`` is its default too (:data:`servebook.memory.VLLM_CONCURRENT_BATCHES`:
+    two batches in flight under asynchronous scheduling).
     """
 
     model: str = "gemma-3-27b"
     max_model_len: int = 131072
     block_size: int = 16
     max_num_batched_tokens: int = 8192
-    concurrent_batches: int = 2
+    concurrent_batches: int = memory.VLLM_CONCURRENT_BATCHES
     dtype: str = "fp16"
 
     @cached_property
