@@ -5,7 +5,10 @@ Contenders, per channel (one scale per row) and group-wise (g = 128 along the ro
 - ``torch.fake_quantize_per_channel_affine`` (for groups: on the matrix viewed as rows of 128, the
   same arithmetic), the reference;
 - servebook ``quantize`` then ``dequantize`` (two calls: codes, then floats);
-- servebook ``fake_quantize`` (one call).
+- servebook ``fake_quantize`` (one call);
+- with ``--floors``, two floors: the formula fused into one C++ loop per form by ``torch.compile``
+  (inductor; about 30 s of compiling in each process, not timed), and one multiply of the matrix by
+  its scales into a fresh output, which no kernel that reads the matrix and writes a new one beats.
 
 torch's time for the same call swings about 2x between processes (first-touch page faults on its
 64 MiB output land differently), so one process's numbers mean little.  This script:
@@ -17,7 +20,7 @@ torch's time for the same call swings about 2x between processes (first-touch pa
   ratio to torch *paired within each round* (median, and the lowest and highest process median),
   which cancels the swings that hit both.
 
-    python benchmarks/bench_quant.py [--size 4096] [--repeats 9] [--processes 5]
+    python benchmarks/bench_quant.py [--size 4096] [--repeats 9] [--processes 5] [--floors]
 """
 
 from __future__ import annotations
@@ -38,7 +41,27 @@ from servebook.quant import Rounding
 EVEN = Rounding.HALF_EVEN
 
 
-def contenders(n: int, group_size: int) -> dict:
+def _fused(n: int, group_size: int, scale, zero_point):
+    """The formula as one compiled loop per form, rows of ``group_size`` (or of ``n``) sharing a scale."""
+    rows = scale.numel()
+    scale = scale.reshape(rows, 1).float()
+    inverse, zero = 1 / scale, zero_point.reshape(rows, 1).float()
+
+    def fake(x):
+        return torch.clamp(torch.round(x * inverse) + zero, 0, 15).sub(zero).mul(scale)
+
+    def codes(x):
+        return torch.clamp(torch.round(x * inverse) + zero, 0, 15).to(torch.uint8)
+
+    def values(q):
+        return (q.float() - zero) * scale
+
+    fake, codes, values = (torch.compile(f, dynamic=False) for f in (fake, codes, values))
+    return (lambda x: fake(x.view(rows, -1)).view(n, n),
+            lambda x: values(codes(x.view(rows, -1))).view(n, n))
+
+
+def contenders(n: int, group_size: int, floors: bool = False) -> dict:
     """Name -> zero-argument function, each checked against torch before it is timed."""
     x = torch.from_numpy(np.random.default_rng(0).standard_normal((n, n)).astype(np.float32))
     channel = quant.choose_qparams(x, 4, axis=0, rounding=EVEN)
@@ -59,16 +82,24 @@ def contenders(n: int, group_size: int) -> dict:
         f"servebook quantize + dequantize, g{group_size}": q_dq(grouped),
         f"servebook fake_quantize, g{group_size}": lambda: quant.fake_quantize(x, grouped, EVEN),
     }
+    if floors:
+        for label, qparams in (("per channel", channel), (f"g{group_size}", grouped)):
+            fake, q_then_dq = _fused(n, group_size, qparams.scale, qparams.zero_point)
+            cases[f"fused (compiled) q + dq, {label}"] = lambda f=q_then_dq: f(x)
+            cases[f"fused (compiled) fake, {label}"] = lambda f=fake: f(x)
+        inverse = 1 / channel.scale.reshape(n, 1)
+        cases["floor: x * (1/s), per channel, new output"] = lambda: torch.from_numpy(
+            np.multiply(x.numpy(), inverse.numpy()))
     names = list(cases)
-    for name in names[2:]:   # the same numbers as torch, or the speed means nothing
+    for name in [name for name in names[2:] if not name.startswith("floor")]:   # same numbers as torch, or no race
         reference = cases[names[0] if "channel" in name else names[1]]().reshape(n, n)
         assert torch.equal(cases[name]().reshape(n, n), reference), name
     return cases
 
 
-def child(n: int, group_size: int, repeats: int) -> dict:
+def child(n: int, group_size: int, repeats: int, floors: bool) -> dict:
     """One process: ``repeats`` interleaved rounds; the times of every contender, seconds."""
-    cases = contenders(n, group_size)
+    cases = contenders(n, group_size, floors)
     names = list(cases)
     for function in cases.values():   # warm-up: lazy imports, first allocations
         function()
@@ -108,13 +139,14 @@ def main() -> None:
     parser.add_argument("--group-size", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--processes", type=int, default=5)
+    parser.add_argument("--floors", action="store_true", help="also time a compiled fused kernel and a one-pass floor")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.size, args.group_size, args.repeats)))
+        print(json.dumps(child(args.size, args.group_size, args.repeats, args.floors)))
         return
     command = [sys.executable, __file__, "--child", "--size", str(args.size), "--group-size",
-               str(args.group_size), "--repeats", str(args.repeats)]
+               str(args.group_size), "--repeats", str(args.repeats)] + ["--floors"] * args.floors
     runs = [json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
             for _ in range(args.processes)]
     report(runs, args.size, args.group_size, args.repeats)
