@@ -118,6 +118,22 @@ def test_each_iteration_takes_the_step_models_time():
     assert int(tokens.sum()) >= sum(r.total_len - 1 for r in TRACE)
 
 
+def test_a_model_with_local_layers_is_timed_while_every_request_fits_its_window():
+    """Mistral-7B's window (4,096) holds every request of max_len 256: its sliding layers read and attend
+    what its global ones would, so each step is the bound with local counts equal to the global ones.
+    Gemma-3-27B's window (1,024) is shorter than a context of 2,048: the simulator refuses, naming max_len."""
+    cost = roofline.StepModel("mistral-7b", device="h100-sxm")
+    result = simulate(TRACE, kv_slots=SLOTS, max_len=256, cost=cost)
+    s = result.steps
+    decode_only = np.flatnonzero((s["prefill_tokens"] == 0) & (s["decode_tokens"] > 0))
+    assert decode_only.size
+    for i in decode_only[:20]:
+        b, stored = int(s["decode_tokens"][i]), int(s["tokens_stored"][i])
+        step = cost.cost(b, b, stored - b, stored, local_cached=stored - b, local_pairs=stored)
+        assert s["dt"][i] == roofline.bound(step, cost.gpu).time
+    with pytest.raises(ValueError, match=r"max_len \(2048\) exceeds the 1024-token span of gemma-3-27b"):
+        simulate(TRACE, kv_slots=SLOTS, max_len=2048, cost=roofline.StepModel("gemma-3-27b", device="h100-sxm"))
+
 def test_the_cost_must_be_a_step_model_with_a_gpu():
     with pytest.raises(TypeError, match="StepModel built with a device"):
         simulate(TRACE, kv_slots=SLOTS, max_len=256, cost=roofline.StepModel("llama-2-13b"))

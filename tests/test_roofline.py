@@ -289,6 +289,33 @@ def test_step_model_seconds_is_the_bound_of_its_cost(weights):
         assert model.seconds(tokens, cached, pairs, logits) == roofline.bound(step, A100).time
 
 
+
+@pytest.mark.parametrize("model", models.names())
+@pytest.mark.parametrize(("weights", "device"), [("W16A16", A100), ("W8A8", "h100-sxm"), ("W4A16", "l4")])
+def test_step_model_timer_gives_the_floats_of_seconds(model, weights, device):
+    """The simulator's bound function drops the terms a model lacks: not one float may change."""
+    step_model = roofline.StepModel(model, weights, device=device)
+    local = step_model.spec.local_kind is not None
+    timer = step_model.timer(local_as_global=local)
+    rng = np.random.default_rng(1)
+    for _ in range(100):
+        sequences = int(rng.integers(1, 64))
+        tokens = sequences + int(rng.integers(0, 4000))
+        cached, pairs = int(rng.integers(0, 100_000)), tokens + int(rng.integers(0, 10**7))
+        logits = int(rng.integers(0, tokens + 1))
+        counts = (tokens, cached, pairs, logits)
+        expected = step_model.seconds(*counts, cached, pairs) if local else step_model.seconds(*counts)
+        assert timer(*counts) == expected
+
+
+def test_step_model_timer_refuses_what_seconds_refuses():
+    with pytest.raises(ValueError, match="needs a GPU"):
+        roofline.StepModel(LLAMA13).timer()
+    with pytest.raises(ValueError, match="sliding layers .* pass local_cached and local_pairs"):
+        roofline.StepModel("mistral-7b", device=H100).timer()
+    with pytest.raises(TypeError, match="local_as_global must be True or False"):
+        roofline.StepModel(LLAMA13, device=H100).timer(local_as_global="yes")
+
 def test_a_mixed_step_is_the_sum_of_its_prefill_and_decode_work():
     """One prefill of 100 tokens beside 8 decodes at context 500: FLOPs and KV bytes add, weights are read once."""
     prefill = roofline.prefill_step(LLAMA13, 1, 100)

@@ -417,7 +417,13 @@ def _step_seconds(cost: StepModel | None, max_len: int):
     context = cost.spec.max_seq_len
     if context is not None and max_len > context:
         raise ValueError(f"max_len ({max_len}) exceeds {cost.spec.name}'s context of {context} tokens")
-    return cost.seconds
+    span = cost.spec.local_span
+    if span is not None and max_len > span:
+        # the steps sum counts over requests; a window's counts per request are not kept (yet)
+        raise ValueError(f"max_len ({max_len}) exceeds the {span}-token span of {cost.spec.name}'s "
+                         f"{cost.spec.local_kind} layers: simulate times those layers only when no request "
+                         f"outgrows one span (max_len at most {span}), where they read what global layers read")
+    return cost.timer(local_as_global=span is not None)
 
 
 def simulate(requests: Sequence[Request], *, kv_slots: int, policy: str = "continuous",
@@ -437,7 +443,9 @@ def simulate(requests: Sequence[Request], *, kv_slots: int, policy: str = "conti
     pool without it.  ``watermark`` is the share of blocks an admission leaves
     free while others run.  ``max_len`` is the context: no request may be longer.
     ``cost``, a :class:`~servebook.roofline.StepModel` with a GPU, turns steps
-    into seconds (default: one second per step, i.e. time in steps).
+    into seconds (default: one second per step, i.e. time in steps); for a
+    model with sliding or chunked layers, ``max_len`` must fit one window (or
+    chunk), so that those layers read what the global ones read.
     """
     choice("policy", policy, POLICIES)
     choice("allocator", allocator, ALLOCATORS)

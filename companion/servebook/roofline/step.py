@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 
 from .. import gpus, memory, models
-from ..checks import choice, whole
+from ..checks import choice, flag, whole
 from ..gpus import GPU
 from ..models import CHUNKED, SLIDING, ModelSpec
 from ..models.params import expert_params, routed_params, unused_expert_params
@@ -327,6 +327,44 @@ class StepModel:
         moved = (self.weight_bytes_read(tokens) + self.kv_global_per_token * cached_tokens
                  + self.kv_local_per_token * local_cached + self.kv_per_token * tokens)
         return max(compute, moved / device.bandwidth) + self.shape.communication_time(tokens, logits)
+
+    def timer(self, *, local_as_global: bool = False):
+        """:meth:`seconds` as a function of ``(tokens, cached_tokens, pairs, logits_tokens)``, bound once.
+
+        The same floats as :meth:`seconds`: the counts are integers, so
+        leaving out the terms this model lacks (no experts, no
+        dequantization, no link) changes none of them, and a simulator's
+        inner loop pays only for the terms it has.  ``local_as_global``
+        tells a model with sliding or chunked layers that no sequence
+        outgrows one window (or chunk), so its local layers read and attend
+        what the global ones do.
+        """
+        device = self.gpu
+        if device is None:
+            raise ValueError("StepModel.timer needs a GPU: build the model with device=...")
+        local = flag("local_as_global", local_as_global) and bool(self.kv_local_per_token)
+        if self.kv_local_per_token and not local:
+            self._local(None, None)  # raises: what a model with local layers needs
+        plain = (self.spec.moe is None and not self.scheme.dequant_flops_per_weight and not self.shape.collectives
+                 and all(type(n) is int for n in (self.n_active, self.lm_head_params, self.weight_bytes,
+                                                  self.attention_flops_per_pair, self.kv_per_token,
+                                                  self.local_attention_flops_per_pair)))
+        if not plain:
+            if local:
+                return lambda tokens, cached, pairs, logits: self.seconds(tokens, cached, pairs, logits, cached, pairs)
+            return self.seconds
+        matmul_rate, attention_rate, _ = peak_rates(device, self.scheme)
+        per_token, lm_head, weights = 2 * self.n_active, 2 * self.lm_head_params, self.weight_bytes
+        # (global + local) pairs, and the bytes a cached token is read in all layers, when local reads global
+        per_pair = self.attention_flops_per_pair + self.local_attention_flops_per_pair * local
+        per_cached = self.kv_global_per_token + self.kv_local_per_token * local
+        per_new, bandwidth = self.kv_per_token, device.bandwidth
+
+        def seconds(tokens: int, cached_tokens: int, pairs: int, logits_tokens: int) -> float:
+            compute = (per_token * tokens - lm_head * (tokens - logits_tokens)) / matmul_rate \
+                + per_pair * pairs / attention_rate
+            return max(compute, (weights + per_cached * cached_tokens + per_new * tokens) / bandwidth)
+        return seconds
 
 
 PHASES = ("prefill", "decode", "mixed")
