@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+from array import array
 from fractions import Fraction
 
 import pytest
@@ -193,6 +195,19 @@ def test_block_hash_is_chained_sha256():
     first = paging.block_hash(None, [1, 2])
     assert len(first) == 32
     assert paging.block_hash(first, [3, 4]) != paging.block_hash(paging.block_hash(None, [9, 9]), [3, 4])
+    # the ids hashed are native int64s: SHA-256 of (parent, then the block's ids as int64 bytes)
+    ids = [2**63 - 1, 0, 1 << 24]
+    assert paging.block_hash(first, ids) == hashlib.sha256(first + array("q", ids).tobytes()).digest()
+
+
+@pytest.mark.parametrize(("tokens", "error", "match"), [
+    ([1, 2**63], ValueError, r"tokens\[1\] must be a token id in \[0, 2\*\*63\)"),
+    ([1, "2"], TypeError, r"tokens\[1\] must be an int token id"),
+    ([0.5], TypeError, r"tokens\[0\] must be an int token id"),
+])
+def test_block_hash_names_the_entry_that_is_not_a_token_id(tokens, error, match):
+    with pytest.raises(error, match=match):
+        paging.block_hash(None, tokens)
 
 
 def test_prefix_hit_reuses_full_blocks_and_computes_the_tail():

@@ -15,6 +15,8 @@ from numbers import Integral, Real
 
 def whole(name: str, value, minimum: int = 1, maximum: int | None = None) -> int:
     """A whole number (tokens, requests, blocks, layers...) in ``minimum..maximum``."""
+    if type(value) is int and value >= minimum and (maximum is None or value <= maximum):
+        return value  # the common case, without the abstract-class check (simulators ask millions of times)
     if isinstance(value, bool) or not isinstance(value, Integral):
         raise TypeError(f"{name} must be a whole number (int), got {value!r}")
     if value < minimum:

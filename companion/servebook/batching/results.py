@@ -85,7 +85,7 @@ class SimulationResult:
             "preemptions": np.array([v.preemptions for v in ordered]),
             "recomputed_tokens": np.array([v.recomputed for v in ordered]),
         }
-        token_steps = np.frombuffer(server.token_steps, dtype=np.int64).copy()
+        token_steps = np.frombuffer(server.token_steps, dtype=np.int64)  # the server's buffer, no copy: it is done
         return cls(policy, allocator, slots_total, steps, requests, config, token_steps)
 
     @property

@@ -239,7 +239,9 @@ class _Server:
         it prefills its prompt and every token it had generated.
         """
         running = self.running
-        victim = next(v for v in reversed(running) if not v.done)
+        victim = running[-1]
+        if victim.done:  # a finished member of a static batch, waiting for the others
+            victim = next(v for v in reversed(running) if not v.done)
         if self.cohort is not None and victim in self.cohort.members:
             self.cohort.leave(victim, self.n_steps)
         self.kv.free(victim.req.request_id)
@@ -388,7 +390,8 @@ _STEP_FIELDS = ("time_s", "dt", "running", "waiting", "admitted", "preempted", "
                 "prefill_tokens", "decode_tokens", "cached_tokens", "tokens_stored", "slots_reserved",
                 "blocks_free", "in_flight")
 # One record per step, read into columns in one pass (a column at a time from Python tuples costs
-# three times as long on a long run): seconds in float64, counts in int64.
+# three times as long on a long run, np.array of the tuples twice as long as np.fromiter):
+# seconds in float64, counts in int64.
 _STEP_RECORD = np.dtype([(name, np.float64 if name in ("time_s", "dt") else np.int64) for name in _STEP_FIELDS])
 
 
@@ -467,7 +470,7 @@ def simulate(requests: Sequence[Request], *, kv_slots: int, policy: str = "conti
                      chunked=chunked_prefill, reserve_blocks=reserve_blocks, seconds=seconds,
                      lazy=LAZY_DECODES and policy == "continuous" and allocator == "paged")
     rows = _run(server)
-    records = np.array(rows, dtype=_STEP_RECORD)
+    records = np.fromiter(rows, dtype=_STEP_RECORD, count=len(rows))
     steps = {name: np.ascontiguousarray(records[name]) for name in _STEP_FIELDS}
     config = dict(kv_slots=kv_slots, block_size=block_size, max_len=max_len, max_num_seqs=max_num_seqs,
                   max_num_batched_tokens=max_num_batched_tokens, chunked_prefill=chunked_prefill,

@@ -158,7 +158,7 @@ class PagedAllocator:
     @staticmethod
     def _fits(pool: BlockPool, hits: list[Block], n_new: int, keep_free: int = 0) -> bool:
         # A hit on a cached free block revives it, so it cannot also be evicted for a new block.
-        revived = sum(1 for b in hits if b.ref_count == 0)
+        revived = sum(1 for b in hits if b.ref_count == 0) if hits else 0
         return n_new + keep_free <= pool.num_available - revived
 
     def _check_fits_pool(self, n_tokens: int) -> None:
