@@ -8,7 +8,9 @@ Contenders, per channel (one scale per row) and group-wise (g = 128 along the ro
 - servebook ``fake_quantize`` (one call);
 - with ``--floors``, two floors: the formula fused into one C++ loop per form by ``torch.compile``
   (inductor; about 30 s of compiling in each process, not timed), and one multiply of the matrix by
-  its scales into a fresh output, which no kernel that reads the matrix and writes a new one beats.
+  its scales into a fresh output, on the threads and blocks of servebook's kernels (one pass of
+  the formula's five, where the memory traffic is the same: a kernel that reads the matrix and
+  writes a new one does at least this).
 
 torch's time for the same call swings about 2x between processes (first-touch page faults on its
 64 MiB output land differently), so one process's numbers mean little.  This script:
@@ -36,7 +38,7 @@ import numpy as np
 import torch
 
 from servebook import quant
-from servebook.quant import Rounding
+from servebook.quant import Rounding, _fast
 
 EVEN = Rounding.HALF_EVEN
 
@@ -59,6 +61,20 @@ def _fused(n: int, group_size: int, scale, zero_point):
     fake, codes, values = (torch.compile(f, dynamic=False) for f in (fake, codes, values))
     return (lambda x: fake(x.view(rows, -1)).view(n, n),
             lambda x: values(codes(x.view(rows, -1))).view(n, n))
+
+
+def _multiplied(x: np.ndarray, inverse: np.ndarray) -> np.ndarray:
+    """``x * inverse`` into a new array, in the blocks and on the threads of servebook's kernels."""
+    out = np.empty_like(x)
+    step = _fast.BLOCK_ELEMENTS // x.shape[1]
+
+    def work(blocks):
+        with _fast._buffers_of(x.shape[1]):   # numpy's buffers a row long, as the kernels set them
+            for start, stop in blocks:
+                np.multiply(x[start:stop], inverse[start:stop], out=out[start:stop])
+
+    _fast.run_blocks(work, x.shape[0], step)
+    return out
 
 
 def contenders(n: int, group_size: int, floors: bool = False) -> dict:
@@ -87,9 +103,8 @@ def contenders(n: int, group_size: int, floors: bool = False) -> dict:
             fake, q_then_dq = _fused(n, group_size, qparams.scale, qparams.zero_point)
             cases[f"fused (compiled) q + dq, {label}"] = lambda f=q_then_dq: f(x)
             cases[f"fused (compiled) fake, {label}"] = lambda f=fake: f(x)
-        inverse = 1 / channel.scale.reshape(n, 1)
-        cases["floor: x * (1/s), per channel, new output"] = lambda: torch.from_numpy(
-            np.multiply(x.numpy(), inverse.numpy()))
+        inverse = (1 / channel.scale.reshape(n, 1)).numpy()
+        cases["floor: x * (1/s), per channel, new output"] = lambda: torch.from_numpy(_multiplied(x.numpy(), inverse))
     names = list(cases)
     for name in [name for name in names[2:] if not name.startswith("floor")]:   # same numbers as torch, or no race
         reference = cases[names[0] if "channel" in name else names[1]]().reshape(n, n)
