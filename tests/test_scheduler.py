@@ -211,11 +211,6 @@ class CheckedAllocator(PagedAllocator):
         self.writer = seq_id
         super()._write_through(seq_id, tokens, stop)
 
-    def _fill(self, seq_id, tokens, stop) -> None:
-        self.ops += 1
-        self.writer = seq_id
-        super()._fill(seq_id, tokens, stop)
-
 
 def _check_pool(kv: CheckedAllocator) -> None:
     """Every block used by as many tables as its count says, or free, or cached with a full hashed block."""
@@ -253,21 +248,26 @@ def _run_checked(trace: list[Request], rng: random.Random, lazy: bool) -> Checke
     server = _Server(trace, kv, static=False, max_num_seqs=rng.randint(2, 8), budget=rng.choice((8, 24, 64)),
                      chunked=True, reserve_blocks=rng.randint(0, 1), seconds=lambda *counts: 1.0, lazy=lazy)
     kv.server = server
-    ran: dict[int, set] = {}
+    computed_at: dict[tuple[int, int], int] = {}  # (request, position) -> the last step that computed its KV
     while server.busy:
         if not server.arrive():
             continue
         server.schedule()
-        members = server.cohort.members if lazy else ()
-        ran[server.n_steps] = {live.req.request_id for live in (*server.scheduled, *members)}
         step = server.n_steps
+        for live in server.scheduled:
+            for position in range(live.computed - live.new, live.computed):
+                computed_at[live.req.request_id, position] = step
+        for live in server.cohort.members if lazy else ():  # each decodes the position after its last
+            computed_at[live.req.request_id, live.computed + step - live.since] = step
+        bs = kv.block_size
         for at, blocks, tokens in kv.hits:
             assert at == step
             for i, block_id in enumerate(blocks):
                 hashed_step, owner = kv.hashed_at[block_id]
-                # Computed in an earlier step that ran it, or in this one.
-                assert hashed_step <= step and owner in ran[hashed_step]
-                assert kv.pool.blocks[block_id].tokens == tokens[i * kv.block_size:(i + 1) * kv.block_size]
+                # Hashed by now, and every position of it computed by its owner in an earlier step or in this one.
+                assert hashed_step <= step
+                assert all(computed_at.get((owner, p), step + 1) <= step for p in range(i * bs, (i + 1) * bs))
+                assert kv.pool.blocks[block_id].tokens == tokens[i * bs:(i + 1) * bs]
         kv.hits.clear()
         server.step()
         server.finish()

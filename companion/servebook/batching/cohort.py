@@ -7,8 +7,6 @@ shows outside the request:
 
 - *take*: the token to write starts a block, so the block is taken from the
   pool this step (or, when none is free, the scheduler preempts);
-- *register* (prefix caching only): the token fills its block, which is hashed
-  this step, so that an admission later in this step or after can hit it;
 - *finish*: the request emits its last token.
 
 Events wait in buckets keyed by step and run in the order the requests were
@@ -17,6 +15,14 @@ brings one request's counters, its writes into the allocator and the step of
 each token it emitted up to date; whoever reads a request does so first.  The
 state that comes out is the one writing token by token gives, block for block
 and hash for hash: the simulator's tests run both and compare every record.
+
+With prefix caching, a block that a decode fills is hashed when its request is
+settled (it leaves the cohort: preempted, finished, or joined by a prefill),
+not at the step that fills it, and no record can tell.  Such a block holds a
+token the request generated, and a request's ids are its own
+(:meth:`~servebook.batching.Request.token`): only that request can ask for its
+hash, after a preemption, when it has left the cohort; and a block's place in
+the free queue is set when it is freed, after the settle.
 """
 
 from __future__ import annotations
@@ -24,8 +30,6 @@ from __future__ import annotations
 from array import array
 
 from ..paging import PagedAllocator
-
-TAKE, REGISTER = 0, 1
 
 
 class TokenStream:
@@ -60,16 +64,15 @@ class DecodeCohort:
     whenever it leaves, so events it left behind are ignored.
     """
 
-    __slots__ = ("kv", "block_size", "caching", "token_steps", "members", "buckets", "finishing", "context",
+    __slots__ = ("kv", "block_size", "token_steps", "members", "buckets", "finishing", "context",
                  "written", "counting")
 
     def __init__(self, kv: PagedAllocator, token_steps: array) -> None:
         self.kv = kv
         self.block_size = kv.block_size
-        self.caching = kv.prefix_caching
         self.token_steps = token_steps
         self.members: dict = {}  # live -> None: a set in the order of joining
-        self.buckets: dict[int, list[tuple]] = {}    # step -> [(order, kind, epoch, live)]
+        self.buckets: dict[int, list[tuple]] = {}    # step -> [(order, epoch, live)]: its takes
         self.finishing: dict[int, list[tuple]] = {}  # step -> [(order, epoch, live)]
         self.context = 0
         self.written = 0  # sum over members of the tokens the allocator holds for them
@@ -97,36 +100,25 @@ class DecodeCohort:
         last = live.last_step = step + live.req.output_len - live.generated - 1
         take = step + (-computed) % bs           # the step that writes the next block's first position
         if take <= last:
-            self._at(self.buckets, take, (live.order, TAKE, live.epoch, live))
-        if self.caching:
-            fill = step + (bs - 1 - computed) % bs  # the step that writes a block's last position
-            if fill <= last:
-                self._at(self.buckets, fill, (live.order, REGISTER, live.epoch, live))
+            self._at(self.buckets, take, (live.order, live.epoch, live))
         self._at(self.finishing, last, (live.order, live.epoch, live))
 
     def due(self, step: int) -> list[tuple]:
-        """This step's take and register events, in the order of admission (stale ones included)."""
+        """This step's takes, ``(order, epoch, live)`` in the order of admission (stale ones included)."""
         events = self.buckets.pop(step, ())
         if len(events) > 1:
             events.sort()
         return events
 
-    def fire(self, live, kind: int, step: int) -> None:
-        """Do ``live``'s event at ``step``: take its next block, or write and hash the block it fills.
+    def take(self, live, step: int) -> None:
+        """``live`` takes the block its token at ``step`` starts, and books its next take, a block later.
 
         A take that finds no block raises :class:`~servebook.paging.OutOfBlocks`, changing nothing.
         """
-        rid = live.req.request_id
-        if kind == TAKE:
-            self.kv._grow(rid)  # the token itself is written later, with the others
-        else:  # the block this step's token fills: its tokens are written, and the allocator hashes it
-            stop = live.computed + step - live.since + 1
-            self.kv._fill(rid, live.view, stop)
-            self.written += stop - live.written
-            live.written = stop
-        following = step + self.block_size  # the same event, one block later
+        self.kv._grow(live.req.request_id)  # the token itself is written later, with the others
+        following = step + self.block_size
         if following <= live.last_step:
-            self._at(self.buckets, following, (live.order, kind, live.epoch, live))
+            self._at(self.buckets, following, (live.order, live.epoch, live))
 
     def _write(self, live, stop: int) -> None:
         if stop > live.written:

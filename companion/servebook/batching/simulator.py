@@ -24,7 +24,8 @@ in ``vllm/v1/core/sched/scheduler.py`` (vLLM 0.33.0, FCFS), restated:
 A full block enters the prefix cache when its step is scheduled (the
 allocator does it as the tokens are written), so a request admitted later in
 the same step may hit it, and no preempted request leaves cached blocks
-behind that nobody computed.
+behind that nobody computed.  (The decode cohort hashes the blocks its
+decodes fill later, when it settles their request, which no record shows.)
 
 A step in which every running request decodes runs on the
 :class:`~servebook.batching.cohort.DecodeCohort`: its cost is the step's
@@ -177,13 +178,13 @@ class _Server:
         Every member that is not preempted decodes one token; returns how many were preempted.
         """
         cohort, step, preempted = self.cohort, self.n_steps, 0
-        fire = cohort.fire
-        for _, kind, epoch, live in cohort.due(step):
+        take = cohort.take
+        for _, epoch, live in cohort.due(step):
             if live.epoch != epoch:
                 continue  # it left the cohort after this event was booked
             while True:
                 try:
-                    fire(live, kind, step)
+                    take(live, step)
                     break
                 except OutOfBlocks:
                     preempted += 1

@@ -266,16 +266,6 @@ class PagedAllocator:
                 raise OutOfBlocks(f"{need} new blocks needed, {self.pool.num_available} free or cached")
         self._write(seq, tokens, seq.length, stop)
 
-    def _fill(self, seq_id: Hashable, tokens: Sequence[int], stop: int) -> None:
-        """Write up to ``stop`` tokens into the sequence's last block, which holds those positions,
-        and hash the block if it is full; unchecked (the simulator's decode cohort, as a block fills)."""
-        seq = self._seqs[seq_id]
-        seq.table[-1].tokens.extend(tokens[seq.length:stop])
-        self.pool.tokens_in_use += stop - seq.length
-        seq.length = stop
-        if stop % self.block_size == 0 and self.prefix_caching:
-            self._register_block(seq, len(seq.table) - 1)
-
     def _grow(self, seq_id: Hashable) -> None:
         """Take the block the next token of ``seq_id`` starts, ahead of writing the token; unchecked.
 
