@@ -10,10 +10,9 @@ Run from the repository root:  python benchmarks/bench_scheduler.py [--repeats 5
    blocks by:
 
    - ``PagedAllocator`` *by blocks*: the calls the book's simulator makes (its
-     decode cohort takes a block when a token starts one, writes and hashes a
-     block when a token fills it, writes the rest before the free; admission
-     through ``_allocate``, which does not check the simulator's own streams
-     again);
+     decode cohort takes a block when a token starts one and writes, and
+     hashes, what its decodes filled before the free; admission through
+     ``_allocate``, which does not check the simulator's own streams again);
    - ``PagedAllocator`` *by tokens*: the public methods, one ``append`` per
      decoded token (every argument checked);
    - a block manager in nano-vllm's design, restated here in our own words: a
@@ -153,12 +152,14 @@ def record_calls(n_requests: int, num_blocks: int = 768, seed: int = 0) -> list[
     return calls
 
 
-def by_blocks(calls: list[tuple], caching: bool = True) -> tuple[list[tuple], dict[int, list[int]]]:
+def by_blocks(calls: list[tuple]) -> tuple[list[tuple], dict[int, list[int]]]:
     """The same calls as the simulator's decode cohort makes them, and each sequence's stream.
 
     A decoded token costs nothing until it starts a block (the block is taken:
-    ``GROW``) or, with prefix caching, fills one (written and hashed then:
-    ``WRITE``); the tokens still unwritten are written before the free.
+    ``GROW``); the tokens decoded are written (and their full blocks hashed)
+    before the free, or at the end for the sequences still running.  (The
+    cohort also writes them when the request is preempted or joined by a
+    prefill; this trace has no preemption.)
     """
     out, streams = [], {}
     for op, seq, arg in calls:
@@ -171,10 +172,11 @@ def by_blocks(calls: list[tuple], caching: bool = True) -> tuple[list[tuple], di
             stream.append(arg)
             if n % BLOCK_SIZE == 0:
                 out.append((GROW, seq, None))
-            if caching and (n + 1) % BLOCK_SIZE == 0:
-                out.append((WRITE, seq, n + 1))
         else:
             out.extend([(WRITE, seq, len(streams[seq])), (FREE, seq, None)])
+    freed = {seq for op, seq, _ in calls if op == FREE}
+    # the sequences still running at the end of the trace are settled, as the simulator's are
+    out.extend((WRITE, seq, len(stream)) for seq, stream in streams.items() if seq not in freed)
     return out, streams
 
 
