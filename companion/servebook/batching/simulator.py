@@ -423,7 +423,7 @@ def _step_seconds(cost: StepModel | None, max_len: int):
         raise ValueError(f"max_len ({max_len}) exceeds {cost.spec.name}'s context of {context} tokens")
     span = cost.spec.local_span
     if span is not None and max_len > span:
-        # the steps sum counts over requests; a window's counts per request are not kept (yet)
+        # a step's counts are sums over its requests, and what a window keeps is per request: not tracked here
         raise ValueError(f"max_len ({max_len}) exceeds the {span}-token span of {cost.spec.name}'s "
                          f"{cost.spec.local_kind} layers: simulate times those layers only when no request "
                          f"outgrows one span (max_len at most {span}), where they read what global layers read")
