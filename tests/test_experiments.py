@@ -68,3 +68,18 @@ def test_a_perplexity_is_shown_to_the_precision_another_machine_reproduces():
 def test_the_command_line_refreshes_only_when_asked(capsys):
     assert experiments.main([]) == 2
     assert "usage: python -m servebook.book.experiments refresh" in capsys.readouterr().err
+
+
+def test_the_shipped_kv_table_is_what_the_code_computes():
+    """The KV-cache table is quick to recompute (forward passes of the tiny model, about 20 s): the
+    shipped file must hold the same rows and fields as this code gives, and the same numbers to
+    float rounding across machines, so a change to a scheme cannot leave a stale table behind."""
+    shipped = experiments.kv_cache_table()
+    computed = experiments._kv_cache_rows()
+    assert [row.keys() for row in shipped] == [row.keys() for row in computed]
+    for old, new in zip(shipped, computed, strict=True):
+        for field, value in new.items():
+            if isinstance(value, (float, list)):   # numbers, and lists of per-layer scales
+                assert old[field] == pytest.approx(value, rel=1e-3), (new["scheme"], field)
+            else:
+                assert old[field] == value, (new["scheme"], field)

@@ -211,32 +211,101 @@ def test_a_layers_quantized_cache_refuses_bad_scales_and_schemes():
         kvquant.QuantizedKV("fp4")
 
 
-def test_fp8_queries_cast_each_layers_queries_with_its_scale_and_restore_the_model(tiny, monkeypatch):
-    from transformers.integrations import sdpa_attention
+def test_fp8_attention_without_rounding_is_causal_softmax_attention():
+    q, k, v = _kv(1)
+    exact = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert torch.allclose(kvquant.fp8_attention(q, k, v, round_probabilities=False), exact, atol=1e-6)
+    # the queries are the last positions: a decode query sees every key
+    last = kvquant.fp8_attention(q[..., -1:, :], k, v, round_probabilities=False)
+    assert torch.allclose(last, exact[..., -1:, :], atol=1e-6)
 
+
+def test_fp8_attention_rounds_the_probabilities_times_256_to_e4m3_and_divides_by_the_exact_sum():
+    q, k, v = _kv(2)
+    scores = (q @ k.transpose(-1, -2) / 8).masked_fill(~torch.ones(64, 64, dtype=torch.bool).tril(), -torch.inf)
+    exps = torch.exp(scores - scores.amax(-1, keepdim=True)) * 256
+    expected = quant.fake_quantize_fp8(exps, 1.0) @ v / exps.sum(-1, keepdim=True)
+    out = kvquant.fp8_attention(q, k, v)
+    assert torch.allclose(out, expected, atol=1e-6)
+    exact = kvquant.fp8_attention(q, k, v, round_probabilities=False)
+    # E4M3 keeps 3 fraction bits: each probability moves by at most 2^-4 of itself (or below the
+    # smallest subnormal, 2^-10 of 256), so the output by at most that share of sum(p |v|)
+    bound = (2.0**-4 * exps + 2.0**-10) @ v.abs() / exps.sum(-1, keepdim=True)
+    assert torch.all((out - exact).abs() <= bound + 1e-6) and not torch.equal(out, exact)
+    # probabilities on the grid are kept: one key, or keys whose weights are powers of two
+    one = kvquant.fp8_attention(q[..., :1, :], k[..., :1, :], v[..., :1, :])
+    assert torch.allclose(one, v[..., :1, :], atol=1e-6)
+
+
+def test_fp8_attention_refuses_what_it_cannot_read():
+    q, k, v = _kv()
+    with pytest.raises(ValueError, match="batch x heads x tokens x head_dim"):
+        kvquant.fp8_attention(q[0], k[0], v[0])
+    with pytest.raises(ValueError, match="the same heads"):
+        kvquant.fp8_attention(q, k[:, :1], v[:, :1])
+    with pytest.raises(TypeError, match="mask must be a bool tensor"):
+        kvquant.fp8_attention(q, k, v, torch.zeros(64, 64))
+    with pytest.raises(TypeError, match="round_probabilities must be True or False"):
+        kvquant.fp8_attention(q, k, v, round_probabilities=1)
+    with pytest.raises(ValueError, match="scale"):
+        kvquant.fp8_attention(q, k, v, scale=0.0)
+
+
+def test_fa3_fp8_casts_each_layers_queries_rounds_probabilities_and_restores_the_model(tiny, monkeypatch):
     model, ids = tiny
     batch = ids[:64].unsqueeze(0)
     seen = []
-    real = sdpa_attention.sdpa_attention_forward
+    real = kvquant.fp8_attention
 
-    def record(module, query, *args, **kwargs):
-        seen.append((module.layer_idx, query))
-        return real(module, query, *args, **kwargs)
+    def record(query, *args, **kwargs):
+        seen.append((query, kwargs["round_probabilities"]))
+        return real(query, *args, **kwargs)
 
     with torch.no_grad():
         plain = model(input_ids=batch).logits
         scales = [0.01 * (i + 1) for i in range(len(model.model.layers))]
-        monkeypatch.setattr(sdpa_attention, "sdpa_attention_forward", record)
-        with kvquant.fp8_queries(model, scales):
+        monkeypatch.setattr(kvquant, "fp8_attention", record)
+        with kvquant.fa3_fp8(model, scales):
             rounded = model(input_ids=batch).logits
+        with kvquant.fa3_fp8(model, round_probabilities=False):
+            queries_only = model(input_ids=batch).logits
         monkeypatch.undo()
         after = model(input_ids=batch).logits
-    assert [layer for layer, _ in seen] == list(range(len(scales)))
-    for layer, query in seen:      # on the E4M3 grid of its layer's scale: casting again changes nothing
+    layers = len(scales)
+    assert [p for _, p in seen] == [True] * layers + [False] * layers
+    for layer, (query, _) in enumerate(seen[:layers]):   # on its layer's E4M3 grid: casting again changes nothing
         assert torch.equal(query, quant.fake_quantize_fp8(query, scales[layer]))
-    assert not torch.equal(rounded, plain) and torch.equal(after, plain)
+    assert not torch.equal(rounded, plain) and not torch.equal(rounded, queries_only)
+    assert torch.equal(after, plain)
     assert model.config._attn_implementation == "sdpa"
     assert not hasattr(model.model.layers[0].self_attn, "fp8_q_scale")
     with pytest.raises(ValueError, match="one scale per layer"):
-        with kvquant.fp8_queries(model, [1.0]):
+        with kvquant.fa3_fp8(model, [1.0]):
             pass
+    with pytest.raises(TypeError, match="round_probabilities must be True or False"):
+        with kvquant.fa3_fp8(model, round_probabilities="no"):
+            pass
+
+
+def test_fa3_fp8_without_rounding_is_the_models_attention_with_cast_queries(tiny):
+    """The explicit attention that fa3_fp8 swaps in computes what SDPA computes, to float rounding."""
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    model, ids = tiny
+    batch = ids[:128].view(2, 64)
+
+    def cast_then_sdpa(module, query, *args, **kwargs):
+        return sdpa_attention_forward(module, quant.fake_quantize_fp8(query, 1.0), *args, **kwargs)
+
+    AttentionInterface.register("test_cast_then_sdpa", cast_then_sdpa)
+    with torch.no_grad():
+        with kvquant.fa3_fp8(model, round_probabilities=False):
+            ours = model(input_ids=batch).logits
+        model.set_attn_implementation("test_cast_then_sdpa")
+        try:
+            reference = model(input_ids=batch).logits
+        finally:
+            model.set_attn_implementation("sdpa")
+    assert torch.allclose(ours, reference, atol=1e-4)
+

@@ -10,8 +10,10 @@ layout of a Hugging Face cache, is stored and read back:
   FlashInfer's TensorRT-LLM kernels on SM100) vLLM also casts each query to E4M3 with a
   per-tensor ``q_scale``, the checkpoint's or 1.0 (``attention.py``'s ``query_quant``).  A checkpoint
   with K/V scales and no ``q_scale`` gets 1.0 too: ``quantization/kv_cache.py`` warns that it sets
-  ``q_scale`` to ``k_scale``, then overwrites it with 1.0 before attention reads it.  The cache alone
-  leaves the queries in 16 bits; :func:`fp8_queries` rounds them too.
+  ``q_scale`` to ``k_scale``, then overwrites it with 1.0 before attention reads it.  FlashAttention 3
+  rounds the softmax probabilities to E4M3 as well, for its FP8 tensor cores' product with V
+  (:func:`fp8_attention`).  The cache alone leaves queries and probabilities in 16 and 32 bits;
+  :func:`fa3_fp8` rounds them as FlashAttention 3 does.
 - ``fp8_per_token_head``, ``int8_per_token_head``: one scale per token and head,
   ``max(absmax / qmax, 1e-6)`` in float32, symmetric (vLLM's ``triton_reshape_and_cache_flash.py``;
   INT8 rounds half away from zero and clamps to -128..127).
@@ -47,7 +49,7 @@ from .units import ceil_div
 
 __all__ = ["SCHEMES", "KVScheme", "scheme", "fake_quantize_kv", "QuantizedKV", "quantized_cache", "calibrated_scales",
            "kv_bytes_per_token",
-           "attention_error", "hadamard", "fp8_queries"]
+           "attention_error", "hadamard", "fp8_attention", "fa3_fp8"]
 
 PER_TOKEN_HEAD_FLOOR = 1e-6   # vLLM's floor on a per-(token, head) scale
 
@@ -296,44 +298,93 @@ def quantized_cache(name: str, k_scales=None, v_scales=None):
     return cache
 
 
-_FP8_QUERY_ATTENTION = "servebook_fp8_queries"
+PROBABILITY_OFFSET = 8
+"""FlashAttention 3's ``Max_offset`` for FP8: it exponentiates ``s - (m - 8 ln 2)``, probabilities times 2^8."""
 
 
-def _fp8_query_attention(module, query, key, value, attention_mask, **kwargs):
-    # vLLM's query_quant: a static per-tensor E4M3 cast of the query after RoPE, before attention.
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+def fp8_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None = None,
+                  scale: float | None = None, *, round_probabilities: bool = True) -> torch.Tensor:
+    """Attention as FlashAttention 3's FP8 kernel computes it, in float32 (batch x heads x tokens x head_dim,
+    as many heads in each; ``mask``: True where a query may attend, or ``None`` for causal attention,
+    the queries being the last positions; ``scale``: 1/sqrt(head_dim) by default).
+
+    The kernel multiplies V by the probabilities on FP8 tensor cores, so it casts them to E4M3
+    first: for a row whose largest score is m, ``2^8 exp(s - m)`` (in (0, 256], so that they use
+    E4M3's range and not just [0, 1]), and it divides the product by the sum of the unrounded
+    ones, times 2^8 (``hopper/softmax.h`` and ``hopper/flash_fwd_kernel_sm90.h``,
+    ``Softmax<..., Max_offset = 8>`` for FP8, in the ``vllm-project/flash-attention`` fork vLLM
+    0.33.0 builds).  Its m is the largest score of the key tiles read so far, which moves only
+    which probabilities below 2^-18 of the largest round to zero.  With ``round_probabilities``
+    False: exact softmax attention of the same inputs.
+    """
+    if not isinstance(round_probabilities, bool):
+        raise TypeError(f"round_probabilities must be True or False, got {round_probabilities!r}")
+    if query.ndim != 4 or key.shape != value.shape or query.shape[:2] != key.shape[:2] \
+            or query.shape[-1] != key.shape[-1]:
+        raise ValueError(f"query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}: "
+                         "expected batch x heads x tokens x head_dim, the same heads and width in each")
+    n_queries, n_keys = query.shape[-2], key.shape[-2]
+    if mask is None:   # causal, the queries being the last n_queries positions
+        mask = torch.ones(n_queries, n_keys, dtype=torch.bool, device=query.device).tril(n_keys - n_queries)
+    elif mask.dtype != torch.bool:
+        raise TypeError(f"mask must be a bool tensor (True where a query may attend), got {mask.dtype}")
+    scale = query.shape[-1] ** -0.5 if scale is None else positive("scale", scale)
+    scores = (query.float() @ key.float().transpose(-1, -2) * scale).masked_fill(~mask, -math.inf)
+    exps = torch.exp(scores - scores.amax(-1, keepdim=True))
+    if not round_probabilities:
+        return exps @ value.float() / exps.sum(-1, keepdim=True)
+    shifted = exps * 2.0**PROBABILITY_OFFSET
+    rounded = fake_quantize_fp8(shifted, 1.0, FP8Format.E4M3)
+    return rounded @ value.float() / shifted.sum(-1, keepdim=True)
+
+
+_FA3_FP8 = "servebook_fa3_fp8"
+
+
+def _fa3_fp8_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+    # vLLM's query_quant (a static per-tensor E4M3 cast after RoPE), then FlashAttention 3's FP8 kernel.
+    from transformers.integrations.sdpa_attention import repeat_kv
 
     query = fake_quantize_fp8(query, module.fp8_q_scale, FP8Format.E4M3)
-    return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    groups = query.shape[1] // key.shape[1]
+    key, value = repeat_kv(key, groups), repeat_kv(value, groups)
+    if attention_mask is not None and attention_mask.dtype != torch.bool:
+        attention_mask = attention_mask > torch.finfo(attention_mask.dtype).min / 2  # an additive mask's zeros
+    out = fp8_attention(query, key, value, attention_mask, scaling, round_probabilities=module.fp8_probabilities)
+    return out.to(query.dtype).transpose(1, 2).contiguous(), None
 
 
 @contextmanager
-def fp8_queries(model, q_scales=None):
-    """Within the block, ``model``'s attention casts each query to E4M3 with its layer's ``q_scale``.
+def fa3_fp8(model, q_scales=None, *, round_probabilities: bool = True):
+    """Within the block, ``model``'s attention is FlashAttention 3's under ``--kv-cache-dtype fp8``.
 
-    What vLLM 0.33.0 adds to ``--kv-cache-dtype fp8`` on FlashAttention 3 (an H100): the queries,
-    after RoPE, are scaled by ``q_scales[layer]`` (1.0 each when omitted, what vLLM uses for a
-    checkpoint without ``q_scale``, calibrated K/V scales or not), cast and read back.  For a
-    Hugging Face model with SDPA attention; the model's attention is restored on leaving.
+    What vLLM 0.33.0 adds on an H100 to the cache's FP8 keys and values: the queries, after RoPE,
+    are scaled by ``q_scales[layer]`` (1.0 each when omitted, what vLLM uses for a checkpoint
+    without ``q_scale``, calibrated K/V scales or not) and cast to E4M3, and the probabilities are
+    rounded to E4M3 before they multiply the values (:func:`fp8_attention`; ``round_probabilities``
+    False leaves them exact, to tell the two apart).  For a Hugging Face Llama-style model with SDPA
+    attention; the model's attention is restored on leaving.
     """
     from transformers import AttentionInterface
 
     if not hasattr(model, "set_attn_implementation"):
-        raise TypeError("fp8_queries needs a transformers model with set_attn_implementation (transformers 5)")
+        raise TypeError("fa3_fp8 needs a transformers model with set_attn_implementation (transformers 5)")
+    if not isinstance(round_probabilities, bool):
+        raise TypeError(f"round_probabilities must be True or False, got {round_probabilities!r}")
     layers = [layer.self_attn for layer in model.model.layers]
     scales = [1.0] * len(layers) if q_scales is None else [positive("q_scale", float(s)) for s in q_scales]
     if len(scales) != len(layers):
         raise ValueError(f"q_scales must hold one scale per layer ({len(layers)}), got {len(scales)}")
     before = model.config._attn_implementation
     if before != "sdpa":
-        raise ValueError(f"fp8_queries needs a model with SDPA attention, got {before!r}")
-    AttentionInterface.register(_FP8_QUERY_ATTENTION, _fp8_query_attention)
+        raise ValueError(f"fa3_fp8 needs a model with SDPA attention, got {before!r}")
+    AttentionInterface.register(_FA3_FP8, _fa3_fp8_attention)
     for attention, scale in zip(layers, scales, strict=True):
-        attention.fp8_q_scale = scale
-    model.set_attn_implementation(_FP8_QUERY_ATTENTION)
+        attention.fp8_q_scale, attention.fp8_probabilities = scale, round_probabilities
+    model.set_attn_implementation(_FA3_FP8)
     try:
         yield model
     finally:
         model.set_attn_implementation(before)
         for attention in layers:
-            del attention.fp8_q_scale
+            del attention.fp8_q_scale, attention.fp8_probabilities

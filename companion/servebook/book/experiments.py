@@ -35,7 +35,7 @@ import torch
 
 from .. import __version__, smallmodel
 
-VERSIONS = {"perplexity-table": 1, "perplexity-low-bits": 1, "layer-errors": 1, "kv-cache-table": 4,
+VERSIONS = {"perplexity-table": 1, "perplexity-low-bits": 1, "layer-errors": 1, "kv-cache-table": 5,
             "activation-table": 1}
 """Bump an experiment's version when what it computes changes, then refresh."""
 
@@ -255,9 +255,11 @@ def kv_cache_table() -> list[dict]:
     """Held-out perplexity of the tiny Llama with each KV-cache scheme of :data:`KV_ROWS`, and the
     relative error of every layer's attention output (the input of ``o_proj``) against the 16-bit cache.
 
-    Under ``fp8`` the queries are cast to E4M3 as well (:func:`servebook.kvquant.fp8_queries`, with
-    ``q_scale`` 1.0), as vLLM does on an H100 for a checkpoint without ``q_scale``; the other schemes
-    quantize keys and values only.  ``fp8_calibrated``'s per-layer scales are absmax / 448 of the keys and values of the
+    Under ``fp8`` attention is FlashAttention 3's, as vLLM runs it on an H100 for a checkpoint without
+    ``q_scale`` (:func:`servebook.kvquant.fa3_fp8`): queries cast to E4M3 with ``q_scale`` 1.0, and
+    probabilities rounded to E4M3 before they multiply V; the ``fp8`` rows also give the attention
+    error of their keys and values alone (``attention_error_kv``) and with the queries cast
+    (``attention_error_queries``).  The other schemes quantize keys and values only.  ``fp8_calibrated``'s per-layer scales are absmax / 448 of the keys and values of the
     :data:`CALIBRATION` windows of the calibration text, not of the held-out text."""
     return result("kv-cache-table", _kv_settings(), _kv_cache_rows)
 
@@ -287,7 +289,7 @@ def _kv_cache_rows() -> list[dict]:
     from contextlib import nullcontext
     from functools import partial
 
-    from ..kvquant import calibrated_scales, fp8_queries, quantized_cache
+    from ..kvquant import calibrated_scales, fa3_fp8, quantized_cache
 
     seq_len = CALIBRATION["seq_len"]
     model, tokenizer = smallmodel.load("tiny-llama")
@@ -299,20 +301,30 @@ def _kv_cache_rows() -> list[dict]:
                                                CALIBRATION["n_calibration"], seq_len, CALIBRATION["seed"])
     scales = [calibrated_scales(k, v) for k, v in _recorded_kv(model, calibration)]
     reference = _attention_outputs(model, windows, partial(quantized_cache, "auto"))
+
+    def error(outputs) -> float:   # the layers' relative errors, averaged
+        errors = [float((a - b).norm() / b.norm()) for a, b in zip(outputs, reference, strict=True)]
+        return round(sum(errors) / len(errors), 6)
+
     rows = []
     for row in KV_ROWS:
         name = "fp8" if row == "fp8_calibrated" else row
         k_scales = [s[0] for s in scales] if row == "fp8_calibrated" else None
         v_scales = [s[1] for s in scales] if row == "fp8_calibrated" else None
         cache = partial(quantized_cache, name, k_scales, v_scales)
-        # vLLM's FlashAttention 3 (an H100) casts the queries too under "fp8", with q_scale 1.0 when
-        # the checkpoint has none, calibrated K/V scales or not; its other caches leave them alone.
-        with fp8_queries(model) if name == "fp8" else nullcontext():
+        # Under "fp8" vLLM's FlashAttention 3 (an H100) casts the queries (q_scale 1.0 when the
+        # checkpoint has none, calibrated K/V scales or not) and the probabilities too; its other
+        # caches leave both alone.
+        with fa3_fp8(model) if name == "fp8" else nullcontext():
             outputs = _attention_outputs(model, windows, cache)
             ppl = smallmodel.perplexity(model, held, seq_len, cache=cache)
-        errors = [float((a - b).norm() / b.norm()) for a, b in zip(outputs, reference, strict=True)]
-        rows.append({"scheme": row, "perplexity": round(ppl, 4), "attention_error": round(sum(errors) / len(errors), 6),
-                     "k_scales": k_scales, "v_scales": v_scales, "fp8_queries": name == "fp8"})
+        entry = {"scheme": row, "perplexity": round(ppl, 4), "attention_error": error(outputs),
+                 "k_scales": k_scales, "v_scales": v_scales, "fa3_fp8": name == "fp8"}
+        if name == "fp8":   # where the error comes from: the cache, then the queries, then the probabilities
+            entry["attention_error_kv"] = error(_attention_outputs(model, windows, cache))
+            with fa3_fp8(model, round_probabilities=False):
+                entry["attention_error_queries"] = error(_attention_outputs(model, windows, cache))
+        rows.append(entry)
     return rows
 
 
