@@ -311,11 +311,12 @@ def fp8_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, m
     The kernel multiplies V by the probabilities on FP8 tensor cores, so it casts them to E4M3
     first: for a row whose largest score is m, ``2^8 exp(s - m)`` (in (0, 256], so that they use
     E4M3's range and not just [0, 1]), and it divides the product by the sum of the unrounded
-    ones, times 2^8 (``hopper/softmax.h`` and ``hopper/flash_fwd_kernel_sm90.h``,
-    ``Softmax<..., Max_offset = 8>`` for FP8, in the ``vllm-project/flash-attention`` fork vLLM
-    0.33.0 builds).  Its m is the largest score of the key tiles read so far, which moves only
-    which probabilities below 2^-18 of the largest round to zero.  With ``round_probabilities``
-    False: exact softmax attention of the same inputs.
+    ones, times 2^8 (``Softmax<..., Max_offset = 8>`` for FP8 in ``hopper/flash_fwd_kernel_sm90.h``,
+    applied in ``hopper/softmax.h``: read in ``vllm-project/flash-attention``, the fork vLLM
+    builds its kernels from, at commits 2cf8a1f and 32f7952, and upstream; vLLM 0.33.0's wheel
+    does not carry the kernel sources to pin the commit).  Its m is the largest score of the key
+    tiles read so far, which moves only which probabilities below 2^-18 of the largest round to
+    zero.  With ``round_probabilities`` False: exact softmax attention of the same inputs.
     """
     if not isinstance(round_probabilities, bool):
         raise TypeError(f"round_probabilities must be True or False, got {round_probabilities!r}")

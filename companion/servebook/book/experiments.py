@@ -259,7 +259,8 @@ def kv_cache_table() -> list[dict]:
     ``q_scale`` (:func:`servebook.kvquant.fa3_fp8`): queries cast to E4M3 with ``q_scale`` 1.0, and
     probabilities rounded to E4M3 before they multiply V; the ``fp8`` rows also give the attention
     error of their keys and values alone (``attention_error_kv``) and with the queries cast
-    (``attention_error_queries``).  The other schemes quantize keys and values only.  ``fp8_calibrated``'s per-layer scales are absmax / 448 of the keys and values of the
+    (``attention_error_queries``).  The other schemes quantize keys and values only.
+    ``fp8_calibrated``'s per-layer scales are absmax / 448 of the keys and values of the
     :data:`CALIBRATION` windows of the calibration text, not of the held-out text."""
     return result("kv-cache-table", _kv_settings(), _kv_cache_rows)
 
