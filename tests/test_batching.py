@@ -205,11 +205,19 @@ def test_simulate_rejects_bad_traces():
         simulate([Request(0, 0.0, 100, 10)], kv_slots=64, block_size=16, max_len=2048)
 
 
-@pytest.mark.parametrize("kwargs", [dict(prompt_len=0), dict(output_len=0), dict(arrival_s=-1.0),
-                                    dict(arrival_s=math.nan), dict(prefix_len=9)])
-def test_request_rejects_bad_fields(kwargs):
+@pytest.mark.parametrize(("kwargs", "error", "match"), [
+    (dict(prompt_len=0), ValueError, "prompt_len"), (dict(output_len=0), ValueError, "output_len"),
+    (dict(arrival_s=-1.0), ValueError, "arrival_s"), (dict(arrival_s=math.nan), ValueError, "arrival_s"),
+    (dict(prefix_group=0, prefix_len=9), ValueError, "exceeds prompt_len"),
+    (dict(prefix_len=3), ValueError, "needs a prefix_group"),          # a prefix shared with nobody
+    (dict(prefix_group=-2), ValueError, "prefix_group must be >= -1"),
+    (dict(prefix_group=1.5), TypeError, "prefix_group must be a whole number"),
+    (dict(prefix_group=2**38), ValueError, "prefix_group must be <="),  # its ids would pass 2**63
+    (dict(prompt_len=2**24, output_len=1), ValueError, "at most 2\\*\\*24"),  # ids would reach the next request's
+])
+def test_request_rejects_bad_fields(kwargs, error, match):
     fields = dict(request_id=0, arrival_s=0.0, prompt_len=8, output_len=8) | kwargs
-    with pytest.raises(ValueError):
+    with pytest.raises(error, match=match):
         Request(**fields)
 
 

@@ -17,6 +17,8 @@ import numpy as np
 from ..checks import positive, whole
 
 _GROUP_BASE = 1 << 60  # token ids of shared prefixes live above every request's own ids
+_POSITIONS = 1 << 24   # positions a request's ids have room for: request r's own ids are (r + 1) * 2**24 + position
+_GROUPS = 1 << 38      # prefix groups whose ids stay below 2**63, where token ids end
 
 
 @dataclass(frozen=True)
@@ -41,10 +43,15 @@ class Request:
         whole("prompt_len", self.prompt_len, 1)
         whole("output_len", self.output_len, 1)
         whole("prefix_len", self.prefix_len, 0)
+        whole("prefix_group", self.prefix_group, -1, _GROUPS - 1)   # -1: none
+        if self.prefix_group == -1 and self.prefix_len:
+            raise ValueError(f"prefix_len ({self.prefix_len}) needs a prefix_group (>= 0) to share it with")
         if self.prefix_len > self.prompt_len:
             raise ValueError(f"prefix_len ({self.prefix_len}) exceeds prompt_len ({self.prompt_len})")
         if self.request_id >= 1 << 36:
             raise ValueError(f"request_id must be < 2**36, got {self.request_id}")
+        if self.total_len > _POSITIONS:  # the ids of position p are base + p: longer would reach the next request's
+            raise ValueError(f"prompt_len + output_len must be at most 2**24 ({_POSITIONS:,}), got {self.total_len:,}")
 
     @property
     def total_len(self) -> int:
@@ -57,16 +64,16 @@ class Request:
     def token_range(self, start: int, stop: int) -> list[int]:
         """The token ids at positions ``start`` to ``stop - 1`` of this request's stream."""
         shared = min(stop, self.prefix_len) if self.prefix_group >= 0 else 0
-        own_base = (self.request_id + 1) << 24
+        own_base = (self.request_id + 1) * _POSITIONS
         if shared <= start:
             return list(range(own_base + start, own_base + stop))
-        group_base = _GROUP_BASE + (self.prefix_group << 24)
+        group_base = _GROUP_BASE + self.prefix_group * _POSITIONS
         return list(range(group_base + start, group_base + shared)) + list(range(own_base + shared, own_base + stop))
 
     def token(self, position: int) -> int:
         if self.prefix_group >= 0 and position < self.prefix_len:
-            return _GROUP_BASE + (self.prefix_group << 24) + position
-        return ((self.request_id + 1) << 24) + position
+            return _GROUP_BASE + self.prefix_group * _POSITIONS + position
+        return (self.request_id + 1) * _POSITIONS + position
 
 
 def _lognormal_lengths(rng: np.random.Generator, n: int, mean: float, sigma: float) -> np.ndarray:
