@@ -245,6 +245,8 @@ def test_fp8_attention_refuses_what_it_cannot_read():
         kvquant.fp8_attention(q, k[:, :1], v[:, :1])
     with pytest.raises(TypeError, match="mask must be a bool tensor"):
         kvquant.fp8_attention(q, k, v, torch.zeros(64, 64))
+    with pytest.raises(ValueError, match=r"mask must end in \(queries, keys\) = \(64, 64\)"):
+        kvquant.fp8_attention(q, k, v, torch.ones(64, 63, dtype=torch.bool))
     with pytest.raises(TypeError, match="round_probabilities must be True or False"):
         kvquant.fp8_attention(q, k, v, round_probabilities=1)
     with pytest.raises(ValueError, match="scale"):

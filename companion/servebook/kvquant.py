@@ -6,14 +6,14 @@ layout of a Hugging Face cache, is stored and read back:
 - ``fp8`` / ``fp8_e5m2``: one FP8 number per element, one scale per tensor for K and one for V
   (``k_scale``, ``v_scale``); vLLM 0.33.0 sets both to 1.0 when the checkpoint carries none
   (``model_executor/layers/attention/attention.py``), so the values are cast as they are.
-  With ``fp8`` on a backend that takes FP8 queries (FlashAttention 3, vLLM's default on Hopper;
+  With ``fp8`` on a backend that takes FP8 queries (FlashAttention-3, vLLM's default on Hopper;
   FlashInfer's TensorRT-LLM kernels on SM100) vLLM also casts each query to E4M3 with a
   per-tensor ``q_scale``, the checkpoint's or 1.0 (``attention.py``'s ``query_quant``).  A checkpoint
   with K/V scales and no ``q_scale`` gets 1.0 too: ``quantization/kv_cache.py`` warns that it sets
-  ``q_scale`` to ``k_scale``, then overwrites it with 1.0 before attention reads it.  FlashAttention 3
+  ``q_scale`` to ``k_scale``, then overwrites it with 1.0 before attention reads it.  FlashAttention-3
   rounds the softmax probabilities to E4M3 as well, for its FP8 tensor cores' product with V
   (:func:`fp8_attention`).  The cache alone leaves queries and probabilities in 16 and 32 bits;
-  :func:`fa3_fp8` rounds them as FlashAttention 3 does.
+  :func:`fa3_fp8` rounds them as FlashAttention-3 does.
 - ``fp8_per_token_head``, ``int8_per_token_head``: one scale per token and head,
   ``max(absmax / qmax, 1e-6)`` in float32, symmetric (vLLM's ``triton_reshape_and_cache_flash.py``;
   INT8 rounds half away from zero and clamps to -128..127).
@@ -299,12 +299,12 @@ def quantized_cache(name: str, k_scales=None, v_scales=None):
 
 
 PROBABILITY_OFFSET = 8
-"""FlashAttention 3's ``Max_offset`` for FP8: it exponentiates ``s - (m - 8 ln 2)``, probabilities times 2^8."""
+"""FlashAttention-3's ``Max_offset`` for FP8: it exponentiates ``s - (m - 8 ln 2)``, probabilities times 2^8."""
 
 
 def fp8_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None = None,
                   scale: float | None = None, *, round_probabilities: bool = True) -> torch.Tensor:
-    """Attention as FlashAttention 3's FP8 kernel computes it, in float32 (batch x heads x tokens x head_dim,
+    """Attention as FlashAttention-3's FP8 kernel computes it, in float32 (batch x heads x tokens x head_dim,
     as many heads in each; ``mask``: True where a query may attend, or ``None`` for causal attention,
     the queries being the last positions; ``scale``: 1/sqrt(head_dim) by default).
 
@@ -329,6 +329,8 @@ def fp8_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, m
         mask = torch.ones(n_queries, n_keys, dtype=torch.bool, device=query.device).tril(n_keys - n_queries)
     elif mask.dtype != torch.bool:
         raise TypeError(f"mask must be a bool tensor (True where a query may attend), got {mask.dtype}")
+    elif tuple(mask.shape[-2:]) != (n_queries, n_keys):
+        raise ValueError(f"mask must end in (queries, keys) = ({n_queries}, {n_keys}), got {tuple(mask.shape)}")
     scale = query.shape[-1] ** -0.5 if scale is None else positive("scale", scale)
     scores = (query.float() @ key.float().transpose(-1, -2) * scale).masked_fill(~mask, -math.inf)
     exps = torch.exp(scores - scores.amax(-1, keepdim=True))
@@ -343,7 +345,7 @@ _FA3_FP8 = "servebook_fa3_fp8"
 
 
 def _fa3_fp8_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
-    # vLLM's query_quant (a static per-tensor E4M3 cast after RoPE), then FlashAttention 3's FP8 kernel.
+    # vLLM's query_quant (a static per-tensor E4M3 cast after RoPE), then FlashAttention-3's FP8 kernel.
     from transformers.integrations.sdpa_attention import repeat_kv
 
     query = fake_quantize_fp8(query, module.fp8_q_scale, FP8Format.E4M3)
@@ -357,7 +359,7 @@ def _fa3_fp8_attention(module, query, key, value, attention_mask, dropout=0.0, s
 
 @contextmanager
 def fa3_fp8(model, q_scales=None, *, round_probabilities: bool = True):
-    """Within the block, ``model``'s attention is FlashAttention 3's under ``--kv-cache-dtype fp8``.
+    """Within the block, ``model``'s attention is FlashAttention-3's under ``--kv-cache-dtype fp8``.
 
     What vLLM 0.33.0 adds on an H100 to the cache's FP8 keys and values: the queries, after RoPE,
     are scaled by ``q_scales[layer]`` (1.0 each when omitted, what vLLM uses for a checkpoint

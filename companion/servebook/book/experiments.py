@@ -255,7 +255,7 @@ def kv_cache_table() -> list[dict]:
     """Held-out perplexity of the tiny Llama with each KV-cache scheme of :data:`KV_ROWS`, and the
     relative error of every layer's attention output (the input of ``o_proj``) against the 16-bit cache.
 
-    Under ``fp8`` attention is FlashAttention 3's, as vLLM runs it on an H100 for a checkpoint without
+    Under ``fp8`` attention is FlashAttention-3's, as vLLM runs it on an H100 for a checkpoint without
     ``q_scale`` (:func:`servebook.kvquant.fa3_fp8`): queries cast to E4M3 with ``q_scale`` 1.0, and
     probabilities rounded to E4M3 before they multiply V; the ``fp8`` rows also give the attention
     error of their keys and values alone (``attention_error_kv``) and with the queries cast
@@ -313,7 +313,7 @@ def _kv_cache_rows() -> list[dict]:
         k_scales = [s[0] for s in scales] if row == "fp8_calibrated" else None
         v_scales = [s[1] for s in scales] if row == "fp8_calibrated" else None
         cache = partial(quantized_cache, name, k_scales, v_scales)
-        # Under "fp8" vLLM's FlashAttention 3 (an H100) casts the queries (q_scale 1.0 when the
+        # Under "fp8" vLLM's FlashAttention-3 (an H100) casts the queries (q_scale 1.0 when the
         # checkpoint has none, calibrated K/V scales or not) and the probabilities too; its other
         # caches leave both alone.
         with fa3_fp8(model) if name == "fp8" else nullcontext():
