@@ -134,6 +134,7 @@ def test_a_model_with_local_layers_is_timed_while_every_request_fits_its_window(
     with pytest.raises(ValueError, match=r"max_len \(2048\) exceeds the 1024-token span of gemma-3-27b"):
         simulate(TRACE, kv_slots=SLOTS, max_len=2048, cost=roofline.StepModel("gemma-3-27b", device="h100-sxm"))
 
+
 def test_the_cost_must_be_a_step_model_with_a_gpu():
     with pytest.raises(TypeError, match="StepModel built with a device"):
         simulate(TRACE, kv_slots=SLOTS, max_len=256, cost=roofline.StepModel("llama-2-13b"))

@@ -289,7 +289,6 @@ def test_step_model_seconds_is_the_bound_of_its_cost(weights):
         assert model.seconds(tokens, cached, pairs, logits) == roofline.bound(step, A100).time
 
 
-
 @pytest.mark.parametrize("model", models.names())
 @pytest.mark.parametrize(("weights", "device"), [("W16A16", A100), ("W8A8", "h100-sxm"), ("W4A16", "l4")])
 def test_step_model_timer_gives_the_floats_of_seconds(model, weights, device):
@@ -315,6 +314,7 @@ def test_step_model_timer_refuses_what_seconds_refuses():
         roofline.StepModel("mistral-7b", device=H100).timer()
     with pytest.raises(TypeError, match="local_as_global must be True or False"):
         roofline.StepModel(LLAMA13, device=H100).timer(local_as_global="yes")
+
 
 def test_a_mixed_step_is_the_sum_of_its_prefill_and_decode_work():
     """One prefill of 100 tokens beside 8 decodes at context 500: FLOPs and KV bytes add, weights are read once."""
