@@ -30,6 +30,9 @@ def test_prose_rounding_writes_plain_numbers():
     assert fmt.significant(39.4, 1) == "40"        # where num writes '4e+01'
     cases = ((873, 10), (4.67, 0.5), (2.41, 0.5), (8.9, 5))
     assert [fmt.nearest(v, step) for v, step in cases] == ["870", "4.5", "2.5", "10"]
+    # no exponent at either end, where :g writes 1.2e+06 and 1.2e-07
+    assert [fmt.significant(v) for v in (1_234_567, 0.000123, 1.23e-7)] == ["1,200,000", "0.00012", "0.00000012"]
+    assert [fmt.nearest(v, step) for v, step in ((1_234_567, 10), (-0.2, 1), (0.7, 0.1))] == ["1,234,570", "0", "0.7"]
     with pytest.raises(ValueError, match="step"):
         fmt.nearest(1.0, 0)
     with pytest.raises(ValueError, match="digits"):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
+from decimal import Decimal
 
 from .. import checks
 from .. import text as plain
@@ -46,14 +47,22 @@ def significant(value: float, digits: int = 2) -> str:
     """``value`` to ``digits`` significant digits, written plainly, as prose rounds: ``significant(11115)`` is
     ``'11,000'``, ``significant(39.4, 1)`` is ``'40'`` (where :func:`num` writes ``'4e+01'``)."""
     digits = checks.whole("digits", digits, 1)
-    return f"{float(f'{float(value):.{digits}g}'):,g}"
+    return _positional(float(f"{float(value):.{digits}g}"))
 
 
 def nearest(value: float, step: float) -> str:
     """``value`` rounded to the nearest multiple of ``step``: ``nearest(873, 10)`` is ``'870'``,
     ``nearest(4.67, 0.5)`` is ``'4.5'``."""
     step = checks.positive("step", step)
-    return f"{round(value / step) * step:g}"
+    return _positional(round(value / step) * step)
+
+
+def _positional(value: float) -> str:
+    """A rounded number without an exponent, with thousands separators and no trailing zeros:
+    ``1,200,000``, ``0.00012``, ``4.5`` (``:g`` would write ``1.2e+06``)."""
+    # 12 digits drop a multiple's float residue (7 * 0.1 is 0.7000000000000001); + 0.0 writes -0.0 as 0
+    text = format(Decimal(f"{float(value) + 0.0:.12g}"), ",f")
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 _SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
