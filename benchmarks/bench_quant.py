@@ -7,7 +7,8 @@ Contenders, per channel (one scale per row) and group-wise (g = 128 along the ro
 - servebook ``quantize`` then ``dequantize`` (two calls: codes, then floats);
 - servebook ``fake_quantize`` (one call);
 - with ``--floors``, two floors: the formula fused into one C++ loop per form by ``torch.compile``
-  (inductor; about 30 s of compiling in each process, not timed), and one multiply of the matrix by
+  (inductor, which needs a C++ compiler on the machine: not a Python package, so not in the
+  project's dependencies; about 30 s of compiling in each process, not timed), and one multiply of the matrix by
   its scales into a fresh output, on the threads and blocks of servebook's kernels (one pass of
   the formula's five, where the memory traffic is the same: a kernel that reads the matrix and
   writes a new one does at least this).
@@ -43,8 +44,8 @@ from servebook.quant import Rounding, _fast
 EVEN = Rounding.HALF_EVEN
 
 
-def _fused(n: int, group_size: int, scale, zero_point):
-    """The formula as one compiled loop per form, rows of ``group_size`` (or of ``n``) sharing a scale."""
+def _fused(scale, zero_point):
+    """The formula as one compiled loop per form, each row of ``x`` viewed as rows of one scale each."""
     rows = scale.numel()
     scale = scale.reshape(rows, 1).float()
     inverse, zero = 1 / scale, zero_point.reshape(rows, 1).float()
@@ -59,8 +60,8 @@ def _fused(n: int, group_size: int, scale, zero_point):
         return (q.float() - zero) * scale
 
     fake, codes, values = (torch.compile(f, dynamic=False) for f in (fake, codes, values))
-    return (lambda x: fake(x.view(rows, -1)).view(n, n),
-            lambda x: values(codes(x.view(rows, -1))).view(n, n))
+    return (lambda x: fake(x.view(rows, -1)).view(x.shape),
+            lambda x: values(codes(x.view(rows, -1))).view(x.shape))
 
 
 def _multiplied(x: np.ndarray, inverse: np.ndarray) -> np.ndarray:
@@ -100,7 +101,7 @@ def contenders(n: int, group_size: int, floors: bool = False) -> dict:
     }
     if floors:
         for label, qparams in (("per channel", channel), (f"g{group_size}", grouped)):
-            fake, q_then_dq = _fused(n, group_size, qparams.scale, qparams.zero_point)
+            fake, q_then_dq = _fused(qparams.scale, qparams.zero_point)
             cases[f"fused (compiled) q + dq, {label}"] = lambda f=q_then_dq: f(x)
             cases[f"fused (compiled) fake, {label}"] = lambda f=fake: f(x)
         inverse = (1 / channel.scale.reshape(n, 1)).numpy()
