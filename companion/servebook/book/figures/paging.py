@@ -15,7 +15,8 @@ TAIL = "#f0ad4e"  # amber: the empty tail of the last block
 
 
 def naive_vs_paged(request: scenarios.PagedRequest = scenarios.PAGED_REQUEST) -> Figure:
-    """Token slots of one request: a naive max_len reservation against whole blocks (seed case C4)."""
+    """Token slots of one request: a naive max_len reservation against whole blocks
+    (the paged-attention chapter's worked example 2)."""
     n_tokens, max_len, block_size = request.n_tokens, request.max_len, request.block_size
     naive_waste, n_blocks, tail = request.naive_waste, request.blocks, request.paged_waste
     fig, (top, zoom) = _style.new_figure(7.2, 3.8, nrows=2, height_ratios=[1.1, 1])

@@ -1,8 +1,8 @@
 """Figures of the quantization-basics chapter: the grid, its ticks and gaps, ties, zero point, clipping, bits.
 
 Every number drawn is computed by :mod:`servebook.quant` on the book's examples, read from
-:mod:`servebook.book.scenarios`: weights in [-0.6, 0.9], INT4, r = 0.35 (C5), the outlier 1.4 (C6),
-the range [-1, 1] for bit widths (C8).
+:mod:`servebook.book.scenarios`: weights in [-0.6, 0.9], INT4, r = 0.35 (worked example 1), the outlier 1.4
+(worked example 2), the range [-1, 1] for bit widths (worked example 4).
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def _snap(r_min: str, r_max: str, r: str):
 
 
 def quant_int4_grid(r_min: str = R_MIN, r_max: str = R_MAX, r: str = scenarios.EXAMPLE_WEIGHT) -> Figure:
-    """The INT4 grid on [-0.6, 0.9]: 16 ticks a step s = 0.1 apart; 0.35 snaps to 0.4 (seed case C5)."""
+    """The INT4 grid on [-0.6, 0.9]: 16 ticks a step s = 0.1 apart; 0.35 snaps to 0.4 (worked example 1)."""
     scale, zero_point, codes, values, q, r_hat, error = _snap(r_min, r_max, r)
     fig, ax = _style.new_figure(7.2, 2.4)
     with matplotlib.rc_context(_style.RC):
@@ -128,7 +128,7 @@ def quant_int4_grid_alt(r_min: str = R_MIN, r_max: str = R_MAX, r: str = scenari
 
 
 def quant_tie_breaking(cases: tuple[tuple[str, str, str], ...] = TIE_CASES) -> Figure:
-    """Codes at two ties under each arithmetic and rounding rule: float64 division misses the C5 tie."""
+    """Codes at two ties under each arithmetic and rounding rule: float64 division misses worked example 1's tie."""
     fig, axes = _style.new_figure(8.0, 3.1, ncols=len(cases))
     with matplotlib.rc_context(_style.RC):
         for ax, (r, r_min, r_max) in zip(np.atleast_1d(axes), cases, strict=True):
@@ -242,7 +242,7 @@ def _clipped(r_min: str, r_max: str, outlier: str):
 
 
 def quant_outlier_clipping(r_min: str = R_MIN, r_max: str = R_MAX, outlier: str = scenarios.EXAMPLE_OUTLIER) -> Figure:
-    """An outlier beyond r_max wants a code that does not exist and saturates at the top code (seed case C6)."""
+    """An outlier beyond r_max wants a code that does not exist and saturates at the top code (worked example 2)."""
     scale, codes, values, qmax, wanted, q, r_hat, error, ghosts = _clipped(r_min, r_max, outlier)
     fig, ax = _style.new_figure(7.2, 2.4)
     with matplotlib.rc_context(_style.RC):
