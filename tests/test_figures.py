@@ -32,6 +32,19 @@ def test_every_committed_figure_has_a_function_and_every_function_a_file():
     )
 
 
+def test_numpy_runs_no_avx512_loop():
+    """The committed PNGs are drawn by the numpy loops every x86-64 machine runs: AVX-512's log10 and power
+    round a few results differently in the last bit, which moves antialiased pixels.  ``make test`` and
+    ``make book`` turn those loops off (``NPY_DISABLE_CPU_FEATURES``, in the Makefile)."""
+    try:
+        from numpy._core._multiarray_umath import __cpu_features__
+    except ImportError:  # numpy 1.x
+        from numpy.core._multiarray_umath import __cpu_features__
+    active = sorted(f for f, on in __cpu_features__.items() if on and (f.startswith("AVX512") or f == "X86_V4"))
+    assert not active, (f"numpy dispatches {active}: run the tests with make test, or with "
+                        "NPY_DISABLE_CPU_FEATURES set as the Makefile sets it")
+
+
 @pytest.mark.parametrize("stem", sorted(REGISTRY))
 def test_committed_figure_is_what_the_build_writes(stem, tmp_path):
     figure = REGISTRY[stem]()
