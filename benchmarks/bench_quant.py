@@ -70,9 +70,8 @@ def _multiplied(x: np.ndarray, inverse: np.ndarray) -> np.ndarray:
     step = _fast.BLOCK_ELEMENTS // x.shape[1]
 
     def work(blocks):
-        with _fast._buffers_of(x.shape[1]):   # numpy's buffers a row long, as the kernels set them
-            for start, stop in blocks:
-                np.multiply(x[start:stop], inverse[start:stop], out=out[start:stop])
+        for start, stop in blocks:
+            np.multiply(x[start:stop], inverse[start:stop], out=out[start:stop])
 
     _fast.run_blocks(work, x.shape[0], step)
     return out

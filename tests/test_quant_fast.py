@@ -1,4 +1,4 @@
-"""The blocked, threaded kernels compute the formula bit for bit, whatever the blocks and threads."""
+"""The compiled, blocked, threaded loops compute the formula bit for bit, whatever the blocks and threads."""
 
 from __future__ import annotations
 
@@ -99,7 +99,6 @@ def test_codes_of_a_range_float32_cannot_hold_take_the_clip_then_shift_order(dty
     """32-bit codes: in float32 the integers near 2**31 are not all exact, so the shift by ``z`` waits
     for the clip; float64 holds them, and either order gives the same codes."""
     qmin, qmax = -(2 ** 31), 2 ** 31 - 1
-    assert _fast._codes_shifted_exactly(np.dtype(dtype), qmin, qmax) == (dtype == np.float64)
     x = (_data((37, 130), dtype) * 2 ** 20).astype(dtype)   # inside the range: no code wraps
     scale = np.array(2.0 ** -3, dtype)
     for zero_point in (qmin + 256, 0, 2 ** 30):   # exact in float32
@@ -166,36 +165,55 @@ def test_a_nan_or_inf_in_the_last_block_is_refused(small_blocks):
             quant.fake_quantize_affine(x, np.float32(0.1), 8, 0, 15)
 
 
-def test_the_callers_buffer_size_is_left_as_it_was(small_blocks):
-    """The kernels shorten numpy's ufunc buffers while they run, and only on their own threads' behalf."""
-    x = _data((37, 130))
-    scale, zero_point = _grids(x, 4, Mapping.ASYMMETRIC)["channel 0"]
-    old = np.setbufsize(16384)
-    try:
-        quant.fake_quantize_affine(x, scale, zero_point, 0, 15)
-        with pytest.raises(ValueError):
-            quant.fake_quantize_affine(np.full_like(x, np.nan), scale, zero_point, 0, 15)
-        assert np.getbufsize() == 16384
-    finally:
-        np.setbufsize(old)
-
-
-@pytest.mark.parametrize(("shape", "params", "run"), [
-    ((37, 130), [(), ()], 37 * 130),
-    ((37, 130), [(37, 1), (37, 1)], 130),
-    ((37, 130), [(1, 130), ()], 1),
-    ((37, 26, 5), [(37, 26, 1), (1, 1, 1)], 5),
-    ((4, 3, 2), [(4, 1, 1), (1, 1)], 6),
+@pytest.mark.parametrize(("shape", "params", "period", "run"), [
+    ((37, 130), [(), ()], 1, 37 * 130),                      # per tensor
+    ((37, 130), [(37, 1), (37, 1)], 37, 130),                # per row
+    ((37, 130), [(1, 130), ()], 130, 1),                     # per column: the cycle is a row
+    ((37, 26, 5), [(37, 26, 1), (1, 1, 1)], 37 * 26, 5),     # groups of 5
+    ((4, 3, 2), [(4, 1, 1), (1, 1)], 4, 6),
+    ((4, 3, 2), [(1, 3, 1)], 3, 2),                          # the middle axis: the cycle repeats 4 times
+    ((4, 3, 2), [(4, 1, 2), (1, 3, 1)], 24, 1),              # broadcast inside the cycle: laid out in full
+    ((), [(), ()], 1, 1),
 ])
-def test_constant_run_counts_the_elements_that_share_their_parameters(shape, params, run):
-    assert _fast._constant_run(shape, [np.zeros(p) for p in params]) == run
+def test_layout_gives_every_element_its_own_parameters(shape, params, period, run):
+    rng = np.random.default_rng(3)
+    values = [rng.standard_normal(p) for p in params]
+    found_period, found_run, flat = _fast.layout(shape, values)
+    assert (found_period, found_run) == (period, run)
+    element = np.arange(int(np.prod(shape)))
+    for value, laid_out in zip(values, flat, strict=True):
+        assert laid_out.shape == (period,)
+        assert np.array_equal(laid_out[(element // run) % period], np.broadcast_to(value, shape).reshape(-1))
 
 
-def test_value_range_of_codes_block_by_block(small_blocks):
-    codes = np.arange(37 * 130, dtype=np.int32).reshape(37, 130) % 251 - 100
-    codes[-1, -1] = -120
-    assert _fast.value_range(codes) == (-120, 150)
-    assert _fast.value_range(codes[:, ::3]) == (int(codes[:, ::3].min()), int(codes[:, ::3].max()))
+def test_the_codes_range_is_read_in_the_dequantizing_pass(small_blocks):
+    """``dequantize`` refuses codes outside the grid's range, found in whichever block holds them."""
     qparams = quant.QParams(np.float32(0.5), np.int32(3), 4)
-    with pytest.raises(ValueError, match=r"got values in \[0, 16\]"):
-        quant.dequantize(np.r_[np.zeros(5000, np.uint8), 16], qparams)
+    for bad, found in ((16, r"\[0, 16\]"), (-1, r"\[-1, 0\]")):
+        codes = np.zeros(5001, np.int16)
+        codes[-1] = bad
+        message = rf"codes must lie in \[0, 15\] for 4 bits ASYMMETRIC, got values in {found}"
+        with pytest.raises(ValueError, match=message):
+            quant.dequantize(codes, qparams)
+    codes = np.arange(37 * 130, dtype=np.int32).reshape(37, 130) % 16
+    assert _same_bits(quant.dequantize(codes[:, ::3], qparams),
+                      np.float32(0.5) * (codes[:, ::3].astype(np.float32) - np.float32(3)))
+
+
+def test_the_loops_compile_where_no_cache_can_be_written(monkeypatch):
+    """numba refuses ``cache=True`` when it finds nowhere writable (a read-only install, no home): the loops
+    are then compiled in each process instead of failing to import."""
+    import numba
+
+    from servebook.quant import _loops
+
+    real = numba.njit
+
+    def njit(**options):
+        if options.get("cache"):
+            raise RuntimeError("cannot cache function 'f': no locator available for file 'f.py'")
+        return real(**options)
+
+    monkeypatch.setattr(numba, "njit", njit)
+    compiled = _loops._compiled(lambda a, b: a * b)
+    assert compiled(np.float32(3), np.float32(0.5)) == 1.5

@@ -29,8 +29,8 @@ Three arithmetic paths, chosen by the types you pass:
   arithmetic as the float path.  16-bit inputs (float16, bfloat16, numpy's
   float16 too) are computed in float32, as PyTorch's fake-quantize kernels do:
   float32 scales, codes from float32 products, only fake-quantized values
-  rounded back to 16 bits.  CPU tensors run the numpy kernels on their own
-  memory (no copy); other devices, and bfloat16, use torch's operations.  No autograd.
+  rounded back to 16 bits.  CPU tensors run the compiled loops on their own
+  memory (no copy); other devices use torch's operations.  No autograd.
 
 Rounding is always named: :attr:`Rounding.HALF_UP` (ties to the larger integer,
 the book's convention) or :attr:`Rounding.HALF_EVEN` (ties to even, what
@@ -52,7 +52,8 @@ Where each part lives:
 - :mod:`~servebook.quant.tensors`: whole tensors (``QParams``, ``choose_qparams``, ``quantize``, ...);
 - :mod:`~servebook.quant.fp8`: FP8 (E4M3, E5M2): scaled, saturated, cast by torch or ml_dtypes;
 - :mod:`~servebook.quant.packing`: two INT4 codes per byte (eight per int32 word);
-- ``_fast``: what exists for speed alone (blocked numpy kernels, views of CPU tensors).
+- ``_fast`` and ``_loops``: what exists for speed alone (the formulas as compiled loops, run block by
+  block on several threads; views of CPU tensors).
 """
 
 from __future__ import annotations

@@ -1,46 +1,37 @@
 """The speed machinery of the float paths: it changes no result, only the time one takes.
 
-- CPU tensors are computed by the numpy kernels on their own memory (a view, no copy): the same
-  IEEE operations as torch's, so the same bits, without the cost of torch's intra-op thread pool
-  on small tensors.  Other devices, and bfloat16, use torch's operations, in place.
-- The numpy kernels walk the tensor in blocks of rows that stay in the L2 cache across the five or
-  six passes of the formula (multiply, round, clip, shift, ...), rounding in place into scratch
-  buffers allocated once per call.
-- numpy's own ufunc buffers are kept no longer than a run of elements sharing one scale (a row
-  per channel, a group of 128 or more): longer ones make numpy copy the broadcast scales into them.
+- CPU tensors are computed on their own memory (a numpy view, no copy) by compiled loops
+  (:mod:`servebook.quant._loops`, numba): one pass over the elements for the whole formula, in
+  the same IEEE operations as torch's kernels, so the same bits.  A chain of numpy operations
+  makes a pass per operation (multiply, round, clip, shift, ...) and, on groups of 128, spends
+  more time broadcasting the scales than computing.  Other devices use torch's operations, in place.
 - Large outputs are allocated by numpy, whose allocations ask the kernel for huge pages.
-- The blocks of a large tensor are shared among threads, one per CPU core (as torch's own kernels
-  use its intra-op threads), each taking the next block when it is done with one: numpy releases
-  the GIL inside each operation, and every element is computed by the same operations whichever
+- The elements of a large tensor are cut into blocks shared among threads, one per CPU core (as
+  torch's own kernels use its intra-op threads), each taking the next block when it is done with
+  one: the loops release the GIL, and every element is computed by the same operations whichever
   thread runs it.
 
-The arithmetic is the formula's, ``clip(round(x * (1 / s)), qmin - z, qmax - z)``, checked
-bit for bit against PyTorch's fake-quantize kernels by the tests; codes are computed as
-``clip(round(x * (1 / s)) + z, qmin, qmax)`` wherever the dtype makes that the same numbers.
+The arithmetic is the formula's, ``clip(round(x * (1 / s)), qmin - z, qmax - z)``, then times
+``s`` (fake-quantized values) or plus ``z`` (codes), checked bit for bit against PyTorch's
+fake-quantize kernels by the tests.
 """
 
 from __future__ import annotations
 
-import itertools
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 
 import numpy as np
 
 from ..units import ceil_div
-from ._kinds import exact_integers, is_tensor, torch_module
+from ._kinds import is_tensor, torch_module
 from .grid import Rounding
 
-# Elements per block of the float kernels: a block of float32 (512 KiB) and its scratch stay in
-# the L2 cache (2 MiB a core on today's server CPUs) across the passes, so the big tensor is read
-# once and written once instead of once per pass.  Blocks half as large took 10 to 25% longer on
-# a 4096 x 4096 matrix: the Python around each block's numpy calls costs about 15 us a block.
+# Elements per block: enough that calling the compiled loop (a few microseconds) is nothing
+# beside the block's work, few enough that a thread slowed by another program leaves the others
+# blocks to take (128 blocks in a 4096 x 4096 matrix).
 BLOCK_ELEMENTS = 1 << 17
-
-# Runs of shared parameters below this many elements (groups of 64 and less) keep numpy's buffers.
-SHORTEST_BUFFER = 128
 
 _CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 THREADS = max(1, min(_CORES, 8))
@@ -48,14 +39,14 @@ _pool: ThreadPoolExecutor | None = None
 
 
 class _Blocks:
-    """The row ranges ``[start, stop)`` of the blocks of ``n_rows`` rows, handed out one at a time to
+    """The ranges ``[start, stop)`` of the blocks of ``step`` of ``n`` indices, handed out one at a time to
     whichever thread asks next (a thread slowed by another program on its core takes fewer).
 
     ``stop()`` hands out no more: a thread that found an error ends the others' work early."""
 
-    def __init__(self, n_rows: int, step: int):
-        self._starts = iter(range(0, n_rows, step))
-        self._n_rows, self._step = n_rows, step
+    def __init__(self, n: int, step: int):
+        self._starts = iter(range(0, n, step))
+        self._n, self._step = n, step
         self._lock = threading.Lock()
 
     def __iter__(self):
@@ -64,7 +55,7 @@ class _Blocks:
     def __next__(self):
         with self._lock:
             start = next(self._starts)
-        return start, min(start + self._step, self._n_rows)
+        return start, min(start + self._step, self._n)
 
     def stop(self) -> None:
         with self._lock:
@@ -79,14 +70,14 @@ def _work_or_stop(work, blocks):
         raise
 
 
-def run_blocks(work, n_rows: int, step: int) -> None:
+def run_blocks(work, n: int, step: int) -> None:
     """``work(blocks)`` on every thread (the calling one too), each iterating over the shared ``blocks``
-    of ``step`` rows of ``n_rows`` and doing the ``(start, stop)`` ranges it draws.
+    of ``step`` of ``n`` indices (elements) and doing the ``(start, stop)`` ranges it draws.
 
     Small tensors (fewer than two blocks per thread) stay on the calling thread."""
     global _pool
-    blocks = _Blocks(n_rows, step)
-    if THREADS == 1 or ceil_div(n_rows, step) < 2 * THREADS:
+    blocks = _Blocks(n, step)
+    if THREADS == 1 or ceil_div(n, step) < 2 * THREADS:
         work(blocks)
         return
     if _pool is None:
@@ -111,155 +102,80 @@ def code_dtype(qmin, qmax, torch_backend=False):
     return next(d for d in candidates if np.iinfo(d).min <= qmin and qmax <= np.iinfo(d).max)
 
 
-def round_inplace(v, rounding, scratch=None):
-    """Round ``v`` in place (numpy array or tensor); ``scratch`` is a buffer shaped like ``v``."""
-    if is_tensor(v):
-        if rounding is Rounding.HALF_EVEN:
-            return v.round_()
-        down = torch_module().floor(v)
-        v.sub_(down).ge_(0.5)          # v is now 1.0 where frac(v) >= 1/2, else 0.0
-        return v.add_(down)
+def round_inplace(v, rounding):
+    """Round the tensor ``v`` in place, as the compiled loops round."""
     if rounding is Rounding.HALF_EVEN:
-        return np.rint(v, out=v)
-    down = np.floor(v, out=scratch)
-    np.subtract(v, down, out=v)
-    np.greater_equal(v, 0.5, out=v, casting="unsafe")
-    return np.add(v, down, out=v)
+        return v.round_()
+    down = torch_module().floor(v)
+    v.sub_(down).ge_(0.5)          # v is now 1.0 where frac(v) >= 1/2, else 0.0
+    return v.add_(down)
 
 
-def _rows(param, rows):
-    return param if param.shape[0] == 1 else param[rows]
+def _compiled():
+    """The compiled loops, imported (and numba with them) when a tensor is first quantized, not with servebook."""
+    from . import _loops
+    return _loops
 
 
-def _block_rows(x):
-    row_elements = int(np.prod(x.shape[1:], dtype=np.int64)) if x.ndim > 1 else 1
-    return max(1, BLOCK_ELEMENTS // max(row_elements, 1))
+def layout(shape, params):
+    """``(period, run, flat)``: the parameters of an array of ``shape`` as the compiled loops read them.
+
+    ``params`` broadcast against ``shape`` (padded with leading ones).  ``run`` consecutive
+    elements share one value of every parameter (the trailing axes where all of them are 1);
+    run ``i`` takes parameter set ``i % period``: the leading axes where all of them are 1
+    repeat the cycle, and ``flat`` holds each parameter laid out over the axes in between
+    (broadcast there where it is 1), one value per set.
+    """
+    shape = tuple(shape)
+    params = [np.asarray(p).reshape((1,) * (len(shape) - np.ndim(p)) + np.shape(p)) for p in params]
+    stop = len(shape)
+    while stop and all(p.shape[stop - 1] == 1 for p in params):
+        stop -= 1
+    start = 0
+    while start < stop and all(p.shape[start] == 1 for p in params):
+        start += 1
+    cycle = shape[start:stop]
+    flat = [np.ascontiguousarray(np.broadcast_to(p.reshape(p.shape[start:stop]), cycle)).reshape(-1) for p in params]
+    run = int(np.prod(shape[stop:], dtype=np.int64))
+    return int(np.prod(cycle, dtype=np.int64)), run, flat
 
 
-def _at_least_1d(*arrays):
-    return [a.reshape((1,) + a.shape) if a.ndim == 0 else a for a in arrays]
-
-
-def _constant_run(shape, params):
-    """How many consecutive elements of an array of ``shape`` share one value of every ``param``."""
-    run = 1
-    for axis in range(1, len(shape) + 1):
-        if any(p.ndim >= axis and p.shape[-axis] != 1 for p in params):
-            break
-        run *= shape[-axis]
-    return run
-
-
-@contextmanager
-def _buffers_of(run):
-    """numpy's ufunc buffers no longer than ``run``, the elements that share one set of parameters.
-
-    A buffer longer than a run makes numpy fill it across several runs, copying the broadcast
-    parameters and the operands into it: two to three times the work of the operation itself.
-    Runs shorter than ``SHORTEST_BUFFER`` keep numpy's buffers: the cost of so many short buffers
-    then outweighs the copies.  The buffer size is the calling thread's own setting; it changes
-    the time, never a result."""
-    old = np.getbufsize()
-    size = old if run < SHORTEST_BUFFER else min(old, run - run % 16)
-    if size == old:
-        yield
-        return
-    np.setbufsize(size)
-    try:
-        yield
-    finally:
-        np.setbufsize(old)
-
-
-def _check_finite_block(block):
-    # checked block by block, while the block is in the cache, instead of in one more pass
-    if not np.isfinite(block).all():
-        raise ValueError("x must be finite: it holds NaN or inf")
-
-
-def _codes_shifted_exactly(dtype, qmin, qmax):
-    """Whether ``clip(r + z, qmin, qmax)`` is, bit for bit, ``clip(r, qmin - z, qmax - z) + z`` in ``dtype``.
-
-    True when every integer of ``[qmin, qmax]`` and every difference of two of them is exact
-    in ``dtype``: beyond that range rounding is monotonic, so a code outside it still saturates."""
-    return max(-qmin, qmax, qmax - qmin) <= exact_integers(dtype)
+def _flat(array):
+    return np.ascontiguousarray(array).reshape(-1)
 
 
 def affine_numpy(x, scale, inv_scale, zero_point, qmin, qmax, rounding, out):
-    """Fill ``out`` with codes (integer ``out``) or snapped values (float ``out``), block by block."""
-    if x.ndim == 0 or not x.flags.c_contiguous:
-        x = np.ascontiguousarray(x)
+    """Fill ``out`` with codes (integer ``out``) or snapped values (float ``out``), block by block on the threads.
+
+    ``clip(round(x * (1 / s)), qmin - z, qmax - z)``, then times ``s`` or plus ``z``; ``x`` must be finite."""
     fake = out.dtype == x.dtype
-    step = _block_rows(x) if x.ndim else 1
-    x_blocks, out_blocks, scale, inv_scale, zero_point = _at_least_1d(x, out, scale, inv_scale, zero_point)
-    # clip(round(x/s) + z, qmin, qmax) - z == clip(round(x/s), qmin - z, qmax - z): integers, so exact
-    low, high = qmin - zero_point, qmax - zero_point
-    # codes: a shift by z, then a clip to one range for all, costs less than a clip to a range per row
-    shift_first = not fake and _codes_shifted_exactly(x.dtype, qmin, qmax)
-    code_range = np.array([qmin, qmax], dtype=x.dtype)
-    run = _constant_run(x_blocks.shape, (scale, zero_point))
+    period, run, (inv_scale, low, high, last) = layout(
+        x.shape, (inv_scale, qmin - zero_point, qmax - zero_point, scale if fake else zero_point))
+    loop = _compiled().snap if fake else _compiled().codes
+    values, results = _flat(x), out.reshape(-1)
+    half_up = rounding is Rounding.HALF_UP
 
     def work(blocks):
-        values = np.empty((min(step, len(x_blocks)),) + x_blocks.shape[1:], dtype=x.dtype)
-        scratch = np.empty_like(values) if rounding is Rounding.HALF_UP else None
-        with _buffers_of(run):
-            for rows in itertools.starmap(slice, blocks):
-                xb = x_blocks[rows]
-                v = out_blocks[rows] if fake else values[:len(xb)]
-                np.multiply(xb, _rows(inv_scale, rows), out=v)
-                _check_finite_block(xb)
-                if scratch is None:
-                    np.rint(v, out=v)
-                else:
-                    round_inplace(v, rounding, scratch[:len(xb)])
-                if shift_first:
-                    np.add(v, _rows(zero_point, rows), out=v)
-                    v.clip(code_range[0], code_range[1], out=v)   # np.clip's own wrappers cost as much
-                else:
-                    v.clip(_rows(low, rows), _rows(high, rows), out=v)
-                if fake:
-                    np.multiply(v, _rows(scale, rows), out=v)
-                elif shift_first:   # integers in [qmin, qmax]: the cast is exact
-                    np.copyto(out_blocks[rows], v, casting="unsafe")
-                else:
-                    np.add(v, _rows(zero_point, rows), out=out_blocks[rows], casting="unsafe")
+        for start, stop in blocks:
+            if not loop(values, inv_scale, low, high, last, period, run, half_up, start, stop, results):
+                raise ValueError("x must be finite: it holds NaN or inf")
 
-    run_blocks(work, x_blocks.shape[0], step)
+    run_blocks(work, values.size, BLOCK_ELEMENTS)
     return out
 
 
 def dequantize_numpy(codes, scale, zero_point, out):
-    """Fill ``out`` with ``s * (q - z)``, block by block."""
-    out_blocks, code_blocks, scale, zero_point = _at_least_1d(out, codes, scale, zero_point)
-    step = _block_rows(out_blocks)
-    run = _constant_run(out_blocks.shape, (scale, zero_point))
-
-    def work(blocks):
-        with _buffers_of(run):
-            for rows in itertools.starmap(slice, blocks):
-                v = out_blocks[rows]
-                np.copyto(v, code_blocks[rows], casting="unsafe")
-                np.subtract(v, _rows(zero_point, rows), out=v)
-                np.multiply(v, _rows(scale, rows), out=v)
-
-    run_blocks(work, out_blocks.shape[0], step)
-    return out
-
-
-def value_range(array) -> tuple[int, int]:
-    """``(min, max)`` of a non-empty integer array as ints, block by block on the threads."""
-    if not array.flags.c_contiguous:
-        return int(array.min()), int(array.max())
-    flat = array.reshape(-1)
-    lows, highs = [], []
+    """Fill ``out`` with ``s * (q - z)``, block by block on the threads; return the lowest and highest code."""
+    period, run, (scale, zero_point) = layout(out.shape, (scale, zero_point))
+    values, results = _flat(codes), out.reshape(-1)
+    ranges = []
 
     def work(blocks):
         for start, stop in blocks:
-            lows.append(flat[start:stop].min())
-            highs.append(flat[start:stop].max())
+            ranges.append(_compiled().dequantize(values, scale, zero_point, period, run, start, stop, results))
 
-    run_blocks(work, flat.size, 4 * BLOCK_ELEMENTS)
-    return int(min(lows)), int(max(highs))
+    run_blocks(work, values.size, BLOCK_ELEMENTS)
+    return (int(min(low for low, _ in ranges)), int(max(high for _, high in ranges))) if ranges else (0, 0)
 
 
 def empty_like(x, dtype=None):

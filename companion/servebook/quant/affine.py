@@ -282,6 +282,13 @@ def dequantize_affine(codes, scale, zero_point, *, dtype=None):
     """
     if isinstance(codes, Integral) and exact.is_exact(codes) and exact.is_exact(scale):
         return exact.dequantize(codes, scale, zero_point)
+    return dequantized(codes, scale, zero_point, dtype)[0]
+
+
+def dequantized(codes, scale, zero_point, dtype=None):
+    """:func:`dequantize_affine` of integer arrays or tensors, and the lowest and highest code (``None`` if empty).
+
+    The range is found in the same pass, so that a caller checking the codes reads them once."""
     if is_tensor(codes):
         return _dequantize_tensor(codes, scale, zero_point, dtype)
     python_scalar = np.ndim(codes) == 0 and not isinstance(codes, np.ndarray)
@@ -292,12 +299,12 @@ def dequantize_affine(codes, scale, zero_point, *, dtype=None):
         scale_dtype = np.asarray(scale).dtype if not isinstance(scale, (Fraction, Decimal, str)) else None
         dtype = scale_dtype if scale_dtype is not None and scale_dtype.kind == "f" else np.float64
     if is_16_bit(dtype):     # s * (q - z) in float32, rounded once to the 16-bit dtype
-        wide = dequantize_affine(codes, scale, zero_point, dtype=np.float32)
-        return float(wide) if python_scalar else wide.astype(dtype)
+        wide, found = dequantized(codes, scale, zero_point, np.float32)
+        return (float(wide) if python_scalar else wide.astype(dtype)), found
     out = np.empty(codes.shape, dtype=dtype)
     scale, _, zero_point = _float_params(out, scale, zero_point)
-    _fast.dequantize_numpy(codes, scale, zero_point, out)
-    return float(out) if python_scalar else out
+    found = _fast.dequantize_numpy(codes, scale, zero_point, out) if codes.size else None
+    return (float(out) if python_scalar else out), found
 
 
 def _dequantize_tensor(codes, scale, zero_point, dtype):
@@ -309,9 +316,12 @@ def _dequantize_tensor(codes, scale, zero_point, dtype):
     views = _fast.numpy_views(codes, scale, zero_point, torch.empty(0, dtype=dtype))
     if views is not None:
         codes_view, scale, zero_point, like_dtype = views
-        return _fast.to_tensor(dequantize_affine(codes_view, scale, zero_point, dtype=like_dtype.dtype), like=codes)
+        values, found = dequantized(codes_view, scale, zero_point, like_dtype.dtype)
+        return _fast.to_tensor(values, like=codes), found
     if is_16_bit(dtype):
-        return _dequantize_tensor(codes, scale, zero_point, torch.float32).to(dtype)
+        values, found = _dequantize_tensor(codes, scale, zero_point, torch.float32)
+        return values.to(dtype), found
     out = _fast.empty_like(codes, dtype)
     scale, _, zero_point = _float_params(out, scale, zero_point)
-    return out.copy_(codes).sub_(zero_point).mul_(scale)
+    found = (int(codes.min()), int(codes.max())) if codes.numel() else None
+    return out.copy_(codes).sub_(zero_point).mul_(scale), found

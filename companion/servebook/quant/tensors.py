@@ -17,7 +17,7 @@ from ..checks import choice, member, whole
 from ..checks import group_size as check_group_size
 from . import _fast, exact
 from ._kinds import all_finite, as_float_array, is_integer_array, is_tensor, shape, size, torch_module
-from .affine import choose_qparams_affine, dequantize_affine, fake_quantize_affine, quantize_affine
+from .affine import choose_qparams_affine, dequantize_affine, dequantized, fake_quantize_affine, quantize_affine
 from .grid import DEFAULT_EPS, Mapping, Rounding, qrange
 
 __all__ = ["QParams", "WEIGHT_GRANULARITIES", "choose_qparams", "weight_granularity", "weight_qparams",
@@ -203,14 +203,14 @@ def dequantize(codes, qparams: QParams, *, dtype=None):
     qparams = _checked(qparams)
     if not is_tensor(codes):
         codes = np.asarray(codes)
-    if size(codes) and is_integer_array(codes):
-        view = _fast.numpy_view(codes) if is_tensor(codes) else codes   # numpy's min/max beat torch's
-        low, high = (int(codes.min()), int(codes.max())) if view is None else _fast.value_range(view)
-        if low < qparams.qmin or high > qparams.qmax:
-            raise ValueError(f"codes must lie in [{qparams.qmin}, {qparams.qmax}] for {qparams.bits} bits "
-                             f"{qparams.mapping.name}, got values in [{low}, {high}]")
+    if not is_integer_array(codes):   # refused, naming the dtype
+        return dequantize_affine(codes, qparams.scale, qparams.zero_point, dtype=dtype)
     view, scale, zero_point = _params_view(codes, qparams)
-    return dequantize_affine(view, scale, zero_point, dtype=dtype).reshape(codes.shape)
+    values, found = dequantized(view, scale, zero_point, dtype)   # the codes' range, read in the same pass
+    if found is not None and (found[0] < qparams.qmin or found[1] > qparams.qmax):
+        raise ValueError(f"codes must lie in [{qparams.qmin}, {qparams.qmax}] for {qparams.bits} bits "
+                         f"{qparams.mapping.name}, got values in [{found[0]}, {found[1]}]")
+    return values.reshape(codes.shape)
 
 
 def fake_quantize(x, qparams: QParams, rounding: Rounding | str = Rounding.HALF_UP):

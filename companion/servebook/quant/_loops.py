@@ -1,0 +1,139 @@
+"""The quantizer's formulas as compiled loops (numba): one pass over a range of elements each.
+
+A loop reads each element once and writes its result once, where the same formula as a chain
+of numpy operations makes a pass per operation.  The elements ``[start, stop)`` of a flattened
+C-contiguous array are walked in runs of ``run`` consecutive elements sharing one set of
+parameters; run ``i`` uses parameter ``i % period`` (see :func:`servebook.quant._fast.layout`).
+
+Every operation is an IEEE operation in the array's own dtype, as numpy's and torch's kernels
+do them: the parameters come in that dtype, no Python number enters the arithmetic (numba would
+widen float32 to float64 for it), and nothing is fused or reordered (no ``fastmath``).  The loops
+release the GIL (``nogil``): :func:`servebook.quant._fast.run_blocks` shares the blocks of a
+large tensor among its threads.  Compiled once per dtype signature and cached on disk.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+
+def _compiled(function):
+    try:
+        return numba.njit(nogil=True, cache=True)(function)
+    except RuntimeError:   # nowhere writable to keep the cache: compiled anew in each process instead
+        return numba.njit(nogil=True)(function)
+
+
+@_compiled
+def _rounded(v, half_up):
+    """``round(v)``: half to even (``rint``), or half up as ``floor(v) + (frac(v) >= 1/2)``."""
+    if half_up:
+        down = np.floor(v)
+        return down + (v - down >= 0.5)   # a bool added to a float keeps its dtype (0.5 is exact in it)
+    return np.rint(v)
+
+
+@_compiled
+def _clipped(v, low, high):
+    """``v`` clipped to ``[low, high]`` as numpy's ``clip`` does it: ``max`` keeps ``v`` only if it is greater,
+    ``min`` only if it is smaller (so a -0.0 clipped at 0.0 comes out +0.0, the same bits as numpy's)."""
+    v = v if v > low else low
+    return v if v < high else high
+
+
+@_compiled
+def _finite(v):
+    return v - v == v - v      # NaN - NaN and inf - inf are NaN, unequal to itself
+
+
+@_compiled
+def snap(x, inv_scale, low, high, scale, period, run, half_up, start, stop, out):
+    """``out = clip(round(x * inv_scale), low, high) * scale`` over ``[start, stop)``; whether ``x`` was finite there.
+
+    ``low`` and ``high`` are ``qmin - z`` and ``qmax - z``: the fake-quantized value
+    ``s * (clip(round(x / s) + z, qmin, qmax) - z)`` without the two shifts, which cancel exactly.
+    """
+    finite = True
+    position = start
+    while position < stop:
+        end, p = _piece(position, stop, period, run)
+        xs, ys = x[position:end], out[position:end]   # loops from 0 over slices: LLVM vectorizes them
+        if run == 1:   # a parameter per element: the piece is a stretch of the cycle from p on
+            inv, lo, hi, s = inv_scale[p:], low[p:], high[p:], scale[p:]
+            for k in range(xs.size):
+                finite &= _finite(xs[k])
+                ys[k] = _clipped(_rounded(xs[k] * inv[k], half_up), lo[k], hi[k]) * s[k]
+        else:          # one run: one parameter for the piece
+            inv, lo, hi, s = inv_scale[p], low[p], high[p], scale[p]
+            for k in range(xs.size):
+                finite &= _finite(xs[k])
+                ys[k] = _clipped(_rounded(xs[k] * inv, half_up), lo, hi) * s
+        position = end
+    return finite
+
+
+@_compiled
+def codes(x, inv_scale, low, high, zero_point, period, run, half_up, start, stop, out):
+    """``out = clip(round(x * inv_scale), low, high) + z`` over ``[start, stop)``, cast to ``out``'s integer
+    dtype (exact: integers in ``[qmin, qmax]``); whether ``x`` was finite there.
+
+    The clip comes before the shift by ``z``: where ``x``'s dtype holds every integer of the
+    code range the order makes no difference, and where it does not (32-bit codes in float32)
+    this order keeps the code range exact.
+    """
+    finite = True
+    position = start
+    while position < stop:
+        end, p = _piece(position, stop, period, run)
+        xs, ys = x[position:end], out[position:end]
+        if run == 1:
+            inv, lo, hi, z = inv_scale[p:], low[p:], high[p:], zero_point[p:]
+            for k in range(xs.size):
+                finite &= _finite(xs[k])
+                ys[k] = _clipped(_rounded(xs[k] * inv[k], half_up), lo[k], hi[k]) + z[k]
+        else:
+            inv, lo, hi, z = inv_scale[p], low[p], high[p], zero_point[p]
+            for k in range(xs.size):
+                finite &= _finite(xs[k])
+                ys[k] = _clipped(_rounded(xs[k] * inv, half_up), lo, hi) + z
+        position = end
+    return finite
+
+
+@_compiled
+def dequantize(q, scale, zero_point, period, run, start, stop, out):
+    """``out = (q - z) * s`` over ``[start, stop)``, ``q`` first cast to ``out``'s float dtype; the lowest and
+    highest code read there (``stop > start``)."""
+    lowest = highest = q[start]
+    position = start
+    while position < stop:
+        end, p = _piece(position, stop, period, run)
+        qs, ys = q[position:end], out[position:end]
+        for k in range(qs.size):
+            lowest = min(lowest, qs[k])
+            highest = max(highest, qs[k])
+            ys[k] = qs[k]                     # the cast to out's dtype, as numpy's copyto makes it
+        if run == 1:
+            s, z = scale[p:], zero_point[p:]
+            for k in range(ys.size):
+                ys[k] = (ys[k] - z[k]) * s[k]
+        else:
+            s, z = scale[p], zero_point[p]
+            for k in range(ys.size):
+                ys[k] = (ys[k] - z) * s
+        position = end
+    return lowest, highest
+
+
+@_compiled
+def _piece(position, stop, period, run):
+    """``(end, p)``: the next stretch ``[position, end)`` of ``[position, stop)`` and its first parameter set.
+
+    One run when runs are longer than an element; otherwise as much of the cycle as is left
+    (element ``e`` then takes set ``e % period``, the next ones the sets after it)."""
+    if run == 1:
+        p = position % period
+        return min(position + period - p, stop), p
+    i = position // run
+    return min((i + 1) * run, stop), i % period
