@@ -48,20 +48,29 @@ def _records(result: batching.SimulationResult) -> dict[str, np.ndarray]:
 
 
 def _both(monkeypatch, trace, **options) -> tuple[dict, dict, int]:
-    """The run with the cohort, the run without, and how many steps the cohort ran alone."""
-    calls = []
-    original = simulator._Server.schedule_decodes
+    """The run with the cohort, the run without, and how many steps the cohort ran alone
+    (the quiet ones in one loop, the others phase by phase)."""
+    calls, quiet = [], []
+    decodes, quietly = simulator._Server.schedule_decodes, simulator._Server.decode_quietly
 
     def counted(server):
         calls.append(1)
-        return original(server)
+        return decodes(server)
+
+    def counted_quietly(server, rows):
+        before = len(rows)
+        quietly(server, rows)
+        quiet.extend([1] * (len(rows) - before))
 
     monkeypatch.setattr(simulator._Server, "schedule_decodes", counted)
+    monkeypatch.setattr(simulator._Server, "decode_quietly", counted_quietly)
     lazy = _records(simulate(trace, **options))
     monkeypatch.setattr(simulator, "LAZY_DECODES", False)
     eager = _records(simulate(trace, **options))
     monkeypatch.setattr(simulator, "LAZY_DECODES", True)
-    return lazy, eager, len(calls)
+    if calls:   # the cohort ran: some of its steps were quiet
+        assert quiet
+    return lazy, eager, len(calls) + len(quiet)
 
 
 def _name(config: tuple) -> str:
