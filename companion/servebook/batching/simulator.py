@@ -209,8 +209,9 @@ class _Server:
         n = len(cohort.members)
         if not n or n != len(self.running) or n > self.budget or (waiting and waiting[0] is not self.blocked):
             return
-        pool, buckets, finishing, seconds, take = self.kv.pool, cohort.buckets, cohort.finishing, self.seconds, cohort.take
-        block_size, n_waiting, append = self.kv.block_size, len(waiting), rows.append
+        pool, block_size, seconds = self.kv.pool, self.kv.block_size, self.seconds
+        buckets, finishing, take = cohort.buckets, cohort.finishing, cohort.take
+        n_waiting, append = len(waiting), rows.append
         arrival = self.pending[0].arrival_s if self.pending else math.inf
         stored = pool.tokens_in_use - cohort.written   # plus the context: what the cohort's members hold
         step, clock, context = self.n_steps, self.clock, cohort.context
