@@ -478,3 +478,24 @@ def test_the_hashes_of_a_prompt_are_the_chain_of_block_hash_from_any_start(block
     for known in range(len(chain) + 1):
         assert paging.hashing.extend_hashes(chain[:known], tokens, block_size) == chain
     assert paging.hashing.extend_hashes([], tokens[:block_size - 1], block_size) == []
+
+
+def test_blocks_written_from_a_range_keep_it_and_behave_as_blocks_written_from_a_list():
+    """The simulator writes a request's own ids, consecutive, as ranges (no list is built); a block holding
+    one reads back, hashes, appends, and is copied on write as a block holding the same ids in a list."""
+    ids = range(1000, 1010)
+    from_range, from_list = (PagedAllocator(num_blocks=8, block_size=4, prefix_caching=True) for _ in range(2))
+    from_range._allocate("s", ids)
+    from_list._allocate("s", list(ids))
+    assert [type(from_range.pool.blocks[b].tokens) for b in from_range.block_table("s")] == [range] * 3
+    for kv in (from_range, from_list):
+        kv.fork("s", "child")
+        kv.append("child", 7)   # the shared last block (two ids) is copied, then written
+        kv.append("s", 8)
+        kv._write_through("s", [*ids, 8, 9, 10], 13)   # continues the last block, takes the next
+    for seq in ("s", "child"):
+        assert from_range.tokens(seq) == from_list.tokens(seq)
+        assert from_range.block_table(seq) == from_list.block_table(seq)
+    assert from_range.tokens("s") == [*ids, 8, 9, 10] and from_range.tokens("child") == [*ids, 7]
+    assert [b.block_hash for b in from_range.pool.blocks] == [b.block_hash for b in from_list.pool.blocks]
+    assert from_range.usage() == from_list.usage()

@@ -267,7 +267,7 @@ def _run_checked(trace: list[Request], rng: random.Random, lazy: bool) -> Checke
                 # Hashed by now, and every position of it computed by its owner in an earlier step or in this one.
                 assert hashed_step <= step
                 assert all(computed_at.get((owner, p), step + 1) <= step for p in range(i * bs, (i + 1) * bs))
-                assert kv.pool.blocks[block_id].tokens == tokens[i * bs:(i + 1) * bs]
+                assert list(kv.pool.blocks[block_id].tokens) == tokens[i * bs:(i + 1) * bs]
         kv.hits.clear()
         server.step()
         server.finish()

@@ -36,18 +36,30 @@ class TokenStream:
     """A request's token ids by position, sliced without building the stream before the slice.
 
     A slice past the request's shared prefix is a ``range`` (its own ids are
-    consecutive), which a block's list extends itself with at C speed.
+    consecutive), which a block keeps as it is.  ``length`` is how many
+    positions the stream has so far (the request's ``known`` tokens), which
+    ``len`` and iteration see.
     """
 
-    __slots__ = ("req", "own_from", "own_base")
+    __slots__ = ("req", "own_from", "own_base", "length")
 
     def __init__(self, req) -> None:
         self.req = req
         self.own_from = req.prefix_len if req.prefix_group >= 0 else 0
         self.own_base = req.token(self.own_from) - self.own_from
+        self.length = req.prompt_len
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __iter__(self):
+        return iter(self[0:self.length])
 
     def __getitem__(self, positions: slice) -> range | list[int]:
-        start, stop = positions.start, positions.stop
+        """Positions ``start:stop`` (non-negative; an open end is the stream's)."""
+        start, stop = positions.start or 0, positions.stop
+        if stop is None:
+            stop = self.length
         if start >= self.own_from:
             return range(self.own_base + start, self.own_base + stop)
         return self.req.token_range(start, stop)

@@ -67,7 +67,7 @@ ALLOCATORS = ("paged", "naive")
 class _Live:
     """A request inside the server."""
 
-    __slots__ = ("req", "generated", "known", "computed", "hashes", "stream", "new", "prefilling", "done",
+    __slots__ = ("req", "generated", "known", "computed", "hashes", "new", "prefilling", "done",
                  "scheduled_s", "first_token_s", "finish_s", "preemptions", "recomputed", "offset",
                  "order", "since", "written", "epoch", "last_step", "view")
 
@@ -75,7 +75,6 @@ class _Live:
         self.req = req
         self.generated = 0        # output tokens emitted so far
         self.known = req.prompt_len  # tokens of its stream so far: the prompt and every token emitted
-        self.stream: list[int] = []  # the first tokens of its stream, built when first needed
         self.computed = 0         # tokens whose keys and values are in the cache
         self.hashes: list[bytes] = []  # block hashes of its stream, kept across preemptions
         self.new = 0              # tokens scheduled in the current step
@@ -92,11 +91,10 @@ class _Live:
         self.since = self.written = self.epoch = self.last_step = 0
         self.view = TokenStream(req)
 
-    def tokens(self) -> list[int]:
-        """Its stream so far, kept between calls (a waiting request asks every step)."""
-        if len(self.stream) != self.known:
-            self.stream = self.req.tokens(self.known)
-        return self.stream
+    def tokens(self) -> TokenStream:
+        """Its stream so far, as a view that slices it without building it (a waiting request asks every step)."""
+        self.view.length = self.known
+        return self.view
 
 
 class _Server:
@@ -273,7 +271,10 @@ class _Server:
 
     def _write(self, live: _Live, new: int) -> None:
         """The next ``new`` tokens of a prompt (a chunk, or a recomputation) into the cache."""
-        self.kv.extend(live.req.request_id, live.tokens(), new)
+        if isinstance(self.kv, PagedAllocator):   # the stream is the simulator's own: not checked again
+            self.kv._write_through(live.req.request_id, live.tokens(), live.computed + new)
+        else:
+            self.kv.extend(live.req.request_id, live.tokens(), new)
 
     def preempt(self) -> _Live:
         """Preempt the last running unfinished request by recomputation, and return it.

@@ -37,8 +37,9 @@ class Block:
     """One physical block: its id, how many sequences use it, and its content.
 
     ``tokens`` stands in for the keys and values the block would hold on a GPU:
-    the token ids written into its slots.  ``block_hash`` is set only while the
-    block is full and registered in the prefix cache.
+    the token ids written into its slots, a list (or a ``range``, when the ids
+    written at once were consecutive, as a simulated request's own are).
+    ``block_hash`` is set only while the block is full and registered in the prefix cache.
     """
 
     __slots__ = ("block_id", "ref_count", "block_hash", "tokens")

@@ -248,7 +248,11 @@ class PagedAllocator:
             end = (i + 1) * bs
             if end > stop:
                 end = stop
-            table[i].tokens.extend(tokens[pos:end])
+            block = table[i]
+            if block.tokens:   # a partly filled block, continued
+                block.tokens = [*block.tokens, *tokens[pos:end]]
+            else:              # a slice of the caller's stream: a list of its own, or a range of consecutive ids
+                block.tokens = tokens[pos:end]
             if caching and end % bs == 0:
                 self._register_block(seq, i)
             pos = end
@@ -322,6 +326,8 @@ class PagedAllocator:
         elif last.ref_count > 1:
             last = self._copy_on_write(seq)
             slots = last.tokens
+        elif type(slots) is not list:   # a range written at once: a list from now on
+            slots = last.tokens = list(slots)
         slots.append(token)
         pool.tokens_in_use += 1
         seq.length += 1
@@ -336,7 +342,7 @@ class PagedAllocator:
         pool = self.pool
         shared = seq.table[-1]
         copy = pool.take()  # may raise OutOfBlocks before anything changed
-        copy.tokens = shared.tokens.copy()
+        copy.tokens = list(shared.tokens)
         pool.tokens_in_use += len(copy.tokens)
         pool.release(shared)
         seq.table[-1] = copy
