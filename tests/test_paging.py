@@ -284,6 +284,22 @@ def test_duplicate_full_blocks_both_stay_reachable():
     assert kv.cached_prefix([1, 2, 3]) == 2  # b's copy still serves the prefix
 
 
+def test_a_lookup_finds_the_first_registered_copy_still_cached():
+    kv = PagedAllocator(num_blocks=4, block_size=2, prefix_caching=True)
+    for seq in "abc":
+        kv.allocate(seq, [1, 2])   # three copies of one full block, registered in this order
+    a, b, c = (kv.block_table(seq)[0] for seq in "abc")
+    key = kv.pool.blocks[a].block_hash
+    assert kv.pool.blocks_with_hash(key) == [a, b, c] and kv.pool.lookup(key).block_id == a
+    kv.free("b")
+    kv.pool.take()   # the one empty block
+    kv.pool.take()   # evicts b's copy, the only cached one
+    assert kv.pool.blocks_with_hash(key) == [a, c] and kv.pool.lookup(key).block_id == a
+    kv.free("a")
+    kv.pool.take()   # evicts a's copy: c's is found now
+    assert kv.pool.blocks_with_hash(key) == [c] and kv.pool.lookup(key).block_id == c and kv.pool.num_hashes == 1
+
+
 def test_freed_empty_blocks_are_reused_first_and_cached_ones_last():
     # vLLM 0.33.0's free_blocks: unhashed blocks to the front of the free queue (most recent
     # first), hashed ones to the back, the request's tail first.

@@ -68,7 +68,7 @@ class BlockPool:
     ``num_available`` (empty plus cached) is what vLLM calls the free blocks.
     """
 
-    __slots__ = ("num_blocks", "block_size", "blocks", "_free", "_cached_free", "_by_hash", "tokens_in_use")
+    __slots__ = ("num_blocks", "block_size", "blocks", "_free", "_cached_free", "_by_hash", "_later", "tokens_in_use")
 
     def __init__(self, num_blocks: int, block_size: int) -> None:
         self.num_blocks = whole("num_blocks", num_blocks, 1)
@@ -76,8 +76,10 @@ class BlockPool:
         self.blocks = [Block(i) for i in range(self.num_blocks)]
         self._free: list[Block] = self.blocks[::-1]           # pop() hands out block 0 first
         self._cached_free: OrderedDict[int, Block] = OrderedDict()  # block_id -> block, LRU first
-        # Every block that has a hash, used or not; one hash may name several blocks.
-        self._by_hash: dict[bytes, dict[int, Block]] = {}
+        # Every block that has a hash, used or not: the first registered under it, and (rarely) the others
+        # with the same content, in the order they were registered.
+        self._by_hash: dict[bytes, Block] = {}
+        self._later: dict[bytes, list[Block]] = {}
         self.tokens_in_use = 0  # token slots filled in used blocks
 
     # -- counts
@@ -115,7 +117,9 @@ class BlockPool:
 
     def blocks_with_hash(self, key: bytes) -> list[int]:
         """Ids of every block, used or cached, registered under ``key``."""
-        return list(self._by_hash.get(_key(key), ()))
+        key = _key(key)
+        first = self._by_hash.get(key)
+        return [] if first is None else [first.block_id] + [b.block_id for b in self._later.get(key, ())]
 
     # -- checks
     def _own(self, block: Block) -> Block:
@@ -140,12 +144,19 @@ class BlockPool:
         return block
 
     def _forget(self, block: Block) -> None:
-        """Take ``block`` out of the prefix cache (its hash may still name duplicates)."""
-        same = self._by_hash[block.block_hash]
-        del same[block.block_id]
-        if not same:
-            del self._by_hash[block.block_hash]
+        """Take ``block`` out of the prefix cache (its hash may still name duplicates: the next one is found)."""
+        key = block.block_hash
         block.block_hash = None
+        later = self._later.get(key)
+        if later is None:
+            del self._by_hash[key]
+            return
+        if self._by_hash[key] is block:
+            self._by_hash[key] = later.pop(0)
+        else:
+            later.remove(block)
+        if not later:
+            del self._later[key]
 
     def share(self, block: Block) -> None:
         """One more block table holds ``block``: a used block, or a cached one, which comes back to life.
@@ -188,8 +199,7 @@ class BlockPool:
         return self._lookup(_key(key))
 
     def _lookup(self, key: bytes) -> Block | None:
-        same = self._by_hash.get(key)
-        return next(iter(same.values())) if same else None
+        return self._by_hash.get(key)
 
     def register(self, block: Block, key: bytes) -> None:
         """Put a full, used, not yet hashed ``block`` in the prefix cache under ``key``.
@@ -210,11 +220,8 @@ class BlockPool:
     def _register(self, block: Block, key: bytes) -> None:
         # Unchecked: for the allocator, which registers only the full used blocks it has just written.
         block.block_hash = key
-        same = self._by_hash.get(key)
-        if same is None:
-            self._by_hash[key] = {block.block_id: block}
-        else:
-            same[block.block_id] = block
+        if self._by_hash.setdefault(key, block) is not block:
+            self._later.setdefault(key, []).append(block)
 
 
 def _key(key: bytes) -> bytes:

@@ -139,7 +139,7 @@ class PagedAllocator:
         By hash alone, as vLLM V1.  At least the last token is always computed,
         even when the whole prompt is cached: the next token's logits come from it.
         """
-        lookup = self.pool._lookup  # the hashes are the allocator's own
+        lookup = self.pool._by_hash.get  # the hashes are the allocator's own: BlockPool._lookup, unchecked
         hits: list[Block] = []
         for i in range((len(tokens) - 1) // self.block_size):
             block = lookup(hashes[i])
