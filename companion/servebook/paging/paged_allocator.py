@@ -241,6 +241,7 @@ class PagedAllocator:
         The caller has checked that the new blocks are available.
         """
         pool, bs, table, caching = self.pool, self.block_size, seq.table, self.prefix_caching
+        written = tokens[start:stop]   # sliced once (a view's slice is a Python call; a list's or range's is not)
         pos, i = start, start // bs
         while pos < stop:
             if i == len(table):  # the block this position starts (unless _grow took it ahead)
@@ -250,9 +251,9 @@ class PagedAllocator:
                 end = stop
             block = table[i]
             if block.tokens:   # a partly filled block, continued
-                block.tokens = [*block.tokens, *tokens[pos:end]]
-            else:              # a slice of the caller's stream: a list of its own, or a range of consecutive ids
-                block.tokens = tokens[pos:end]
+                block.tokens = [*block.tokens, *written[pos - start:end - start]]
+            else:              # a list of its own, or a range of consecutive ids
+                block.tokens = written[pos - start:end - start]
             if caching and end % bs == 0:
                 self._register_block(seq, i)
             pos = end
