@@ -167,12 +167,12 @@ def affine_numpy(x, scale, inv_scale, zero_point, qmin, qmax, rounding, out):
 def dequantize_numpy(codes, scale, zero_point, out):
     """Fill ``out`` with ``s * (q - z)``, block by block on the threads; return the lowest and highest code."""
     period, run, (scale, zero_point) = layout(out.shape, (scale, zero_point))
-    values, results = _flat(codes), out.reshape(-1)
+    values, results, loop = _flat(codes), out.reshape(-1), _compiled().dequantize
     ranges = []
 
     def work(blocks):
         for start, stop in blocks:
-            ranges.append(_compiled().dequantize(values, scale, zero_point, period, run, start, stop, results))
+            ranges.append(loop(values, scale, zero_point, period, run, start, stop, results))
 
     run_blocks(work, values.size, BLOCK_ELEMENTS)
     return (int(min(low for low, _ in ranges)), int(max(high for _, high in ranges))) if ranges else (0, 0)
