@@ -4,7 +4,9 @@ What is compared, and what is not: an SVG byte for byte (``figures.save`` strips
 matplotlib version, so nothing in it belongs to the release that wrote it); a PNG pixel for pixel,
 decoded, so that only the PNG encoder (Pillow's zlib settings, its chunk order) is left out.  The
 plotting stack that draws both is pinned in the ``book`` extra (``matplotlib==``), so the build on
-a reader's machine or in the publish workflow is the one these files were written with.
+a reader's machine or in the publish workflow is the one these files were written with; and numpy's
+AVX-512 loops, which round some log10 and power results differently in the last bit, are turned off
+where the book is built (the Makefile, the publish workflow), so the same data reach the renderer.
 
 Each figure is drawn once: drawing is most of the cost, and one draw answers both questions.
 """
