@@ -216,7 +216,7 @@ class _Server:
         while arrival > clock and step not in finishing:
             events = buckets.get(step)
             if events:
-                if len(events) > len(pool._free) + len(pool._cached_free):
+                if len(events) > pool.num_available:
                     break   # a take may find no block: the phases preempt
                 del buckets[step]
                 if len(events) > 1:
