@@ -45,18 +45,23 @@ def _data(shape, dtype=np.float32):
     return x.astype(dtype)
 
 
+def _spread(values):
+    """``values`` times factors from 0.6 to 1.4, one per entry: every channel or group gets a grid of its own."""
+    return values * np.linspace(0.6, 1.4, values.size, dtype=values.dtype).reshape(values.shape)
+
+
 def _grids(x, bits, mapping):
     """Per tensor, per channel along each axis, and group-wise: scale and zero point broadcast against ``x``."""
     bulk = np.clip(x, -1.5, 1.0)
     rows, cols = x.shape
     found = {}
     for name, reduce_over, shape in [("tensor", None, ()), ("channel 0", 1, (rows, 1)), ("channel 1", 0, (1, cols))]:
-        lo = bulk.min(axis=reduce_over).reshape(shape)
-        hi = bulk.max(axis=reduce_over).reshape(shape)
+        lo = _spread(bulk.min(axis=reduce_over).reshape(shape))
+        hi = _spread(bulk.max(axis=reduce_over).reshape(shape))
         found[name] = quant.choose_qparams_affine(lo, hi, bits, mapping, include_zero=True)
     grouped = bulk.reshape(rows, cols // 5, 5)
-    scale, zero_point = quant.choose_qparams_affine(grouped.min(axis=2, keepdims=True),
-                                                    grouped.max(axis=2, keepdims=True), bits, mapping)
+    scale, zero_point = quant.choose_qparams_affine(_spread(grouped.min(axis=2, keepdims=True)),
+                                                    _spread(grouped.max(axis=2, keepdims=True)), bits, mapping)
     found["group"] = (scale, zero_point)
     return found
 
@@ -119,17 +124,19 @@ def test_products_that_overflow_land_on_the_last_codes(dtype, qmin, qmax, zero_p
     assert _same_bits(codes, expected)
 
 
-def test_threads_and_block_sizes_change_no_bit(monkeypatch):
+@pytest.mark.parametrize("granularity", ["tensor", "channel 0", "channel 1", "group"])
+def test_threads_and_block_sizes_change_no_bit(monkeypatch, granularity):
+    """Blocks that end inside a row, a group or a cycle of per-column parameters give the same bits."""
     x = _data((257, 130))
-    scale, zero_point = _grids(x, 4, Mapping.ASYMMETRIC)["channel 0"]
+    view, scale, zero_point = _as_grid(x, granularity, *_grids(x, 4, Mapping.ASYMMETRIC)[granularity])
 
     def results():
-        codes = quant.quantize_affine(x, scale, zero_point, 0, 15)
-        fake = quant.fake_quantize_affine(x, scale, zero_point, 0, 15)
+        codes = quant.quantize_affine(view, scale, zero_point, 0, 15, Rounding.HALF_UP)
+        fake = quant.fake_quantize_affine(view, scale, zero_point, 0, 15, Rounding.HALF_UP)
         return codes, fake, quant.dequantize_affine(codes, scale, zero_point)
 
     one_block = results()   # 33410 elements: one block, on the calling thread
-    for block, threads in [(130, 2), (7 * 130, 3), (64 * 130, 4)]:
+    for block, threads in [(130, 2), (7 * 130 + 3, 3), (64 * 130 - 1, 4), (97, 2)]:
         monkeypatch.setattr(_fast, "BLOCK_ELEMENTS", block)
         monkeypatch.setattr(_fast, "THREADS", threads)
         assert all(_same_bits(a, b) for a, b in zip(one_block, results(), strict=True))
