@@ -207,7 +207,7 @@ class _Server:
         n = len(cohort.members)
         if not n or n != len(self.running) or n > self.budget or (waiting and waiting[0] is not self.blocked):
             return
-        pool, block_size, seconds = self.kv.pool, self.kv.block_size, self.seconds
+        kv, pool, seconds = self.kv, self.kv.pool, self.seconds
         buckets, finishing, take = cohort.buckets, cohort.finishing, cohort.take
         n_waiting, append = len(waiting), rows.append
         arrival = self.pending[0].arrival_s if self.pending else math.inf
@@ -227,7 +227,7 @@ class _Server:
             dt = seconds(n, context, context + n, n)
             clock += dt
             context += n
-            append((clock, dt, n, n_waiting, 0, 0, 0, 0, n, 0, stored + context, pool.num_used * block_size,
+            append((clock, dt, n, n_waiting, 0, 0, 0, 0, n, 0, stored + context, kv.slots_reserved,
                     pool.num_available, n))
             step += 1
         self.n_steps, self.clock, cohort.context = step, clock, context

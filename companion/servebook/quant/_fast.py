@@ -151,13 +151,12 @@ def affine_numpy(x, scale, inv_scale, zero_point, qmin, qmax, rounding, out):
     fake = out.dtype == x.dtype
     period, run, (inv_scale, low, high, last) = layout(
         x.shape, (inv_scale, qmin - zero_point, qmax - zero_point, scale if fake else zero_point))
-    loop = _compiled().snap if fake else _compiled().codes
-    values, results = _flat(x), out.reshape(-1)
+    loop, values, results = _compiled().affine, _flat(x), out.reshape(-1)
     half_up = rounding is Rounding.HALF_UP
 
     def work(blocks):
         for start, stop in blocks:
-            if not loop(values, inv_scale, low, high, last, period, run, half_up, start, stop, results):
+            if not loop(values, inv_scale, low, high, last, fake, period, run, half_up, start, stop, results):
                 raise ValueError("x must be finite: it holds NaN or inf")
 
     run_blocks(work, values.size, BLOCK_ELEMENTS)
@@ -165,7 +164,8 @@ def affine_numpy(x, scale, inv_scale, zero_point, qmin, qmax, rounding, out):
 
 
 def dequantize_numpy(codes, scale, zero_point, out):
-    """Fill ``out`` with ``s * (q - z)``, block by block on the threads; return the lowest and highest code."""
+    """Fill ``out`` with ``s * (q - z)``, block by block on the threads; return the lowest and highest code
+    (``codes`` not empty)."""
     period, run, (scale, zero_point) = layout(out.shape, (scale, zero_point))
     values, results, loop = _flat(codes), out.reshape(-1), _compiled().dequantize
     ranges = []
@@ -174,8 +174,8 @@ def dequantize_numpy(codes, scale, zero_point, out):
         for start, stop in blocks:
             ranges.append(loop(values, scale, zero_point, period, run, start, stop, results))
 
-    run_blocks(work, values.size, BLOCK_ELEMENTS)
-    return (int(min(low for low, _ in ranges)), int(max(high for _, high in ranges))) if ranges else (0, 0)
+    run_blocks(work, values.size, BLOCK_ELEMENTS)   # codes is not empty: every block reads some
+    return int(min(low for low, _ in ranges)), int(max(high for _, high in ranges))
 
 
 def empty_like(x, dtype=None):

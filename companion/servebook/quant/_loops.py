@@ -48,11 +48,21 @@ def _finite(v):
 
 
 @_compiled
-def snap(x, inv_scale, low, high, scale, period, run, half_up, start, stop, out):
-    """``out = clip(round(x * inv_scale), low, high) * scale`` over ``[start, stop)``; whether ``x`` was finite there.
+def _snapped(v, inv, low, high, half_up):
+    return _clipped(_rounded(v * inv, half_up), low, high)
 
-    ``low`` and ``high`` are ``qmin - z`` and ``qmax - z``: the fake-quantized value
-    ``s * (clip(round(x / s) + z, qmin, qmax) - z)`` without the two shifts, which cancel exactly.
+
+@_compiled
+def affine(x, inv_scale, low, high, last, fake, period, run, half_up, start, stop, out):
+    """Over ``[start, stop)``: ``v = clip(round(x * inv_scale), low, high)``, then ``out = v * last``
+    (``fake``: ``last`` is the scale, the snapped value) or ``out = v + last`` (``last`` is the zero
+    point, the code, cast to ``out``'s integer dtype: exact, an integer in ``[qmin, qmax]``); whether
+    ``x`` was finite there.
+
+    ``low`` and ``high`` are ``qmin - z`` and ``qmax - z``: the snapped value
+    ``s * (clip(round(x / s) + z, qmin, qmax) - z)`` without the two shifts, which cancel exactly,
+    and the code with its clip before the shift, which keeps the code range exact where ``x``'s
+    dtype does not hold every integer of it (32-bit codes in float32).
     """
     finite = True
     position = start
@@ -60,43 +70,17 @@ def snap(x, inv_scale, low, high, scale, period, run, half_up, start, stop, out)
         end, p = _piece(position, stop, period, run)
         xs, ys = x[position:end], out[position:end]   # loops from 0 over slices: LLVM vectorizes them
         if run == 1:   # a parameter per element: the piece is a stretch of the cycle from p on
-            inv, lo, hi, s = inv_scale[p:], low[p:], high[p:], scale[p:]
+            inv, lo, hi, add = inv_scale[p:], low[p:], high[p:], last[p:]
             for k in range(xs.size):
                 finite &= _finite(xs[k])
-                ys[k] = _clipped(_rounded(xs[k] * inv[k], half_up), lo[k], hi[k]) * s[k]
+                v = _snapped(xs[k], inv[k], lo[k], hi[k], half_up)
+                ys[k] = v * add[k] if fake else v + add[k]
         else:          # one run: one parameter for the piece
-            inv, lo, hi, s = inv_scale[p], low[p], high[p], scale[p]
+            inv, lo, hi, add = inv_scale[p], low[p], high[p], last[p]
             for k in range(xs.size):
                 finite &= _finite(xs[k])
-                ys[k] = _clipped(_rounded(xs[k] * inv, half_up), lo, hi) * s
-        position = end
-    return finite
-
-
-@_compiled
-def codes(x, inv_scale, low, high, zero_point, period, run, half_up, start, stop, out):
-    """``out = clip(round(x * inv_scale), low, high) + z`` over ``[start, stop)``, cast to ``out``'s integer
-    dtype (exact: integers in ``[qmin, qmax]``); whether ``x`` was finite there.
-
-    The clip comes before the shift by ``z``: where ``x``'s dtype holds every integer of the
-    code range the order makes no difference, and where it does not (32-bit codes in float32)
-    this order keeps the code range exact.
-    """
-    finite = True
-    position = start
-    while position < stop:
-        end, p = _piece(position, stop, period, run)
-        xs, ys = x[position:end], out[position:end]
-        if run == 1:
-            inv, lo, hi, z = inv_scale[p:], low[p:], high[p:], zero_point[p:]
-            for k in range(xs.size):
-                finite &= _finite(xs[k])
-                ys[k] = _clipped(_rounded(xs[k] * inv[k], half_up), lo[k], hi[k]) + z[k]
-        else:
-            inv, lo, hi, z = inv_scale[p], low[p], high[p], zero_point[p]
-            for k in range(xs.size):
-                finite &= _finite(xs[k])
-                ys[k] = _clipped(_rounded(xs[k] * inv, half_up), lo, hi) + z
+                v = _snapped(xs[k], inv, lo, hi, half_up)
+                ys[k] = v * add if fake else v + add
         position = end
     return finite
 

@@ -286,9 +286,10 @@ def dequantize_affine(codes, scale, zero_point, *, dtype=None):
 
 
 def dequantized(codes, scale, zero_point, dtype=None):
-    """:func:`dequantize_affine` of integer arrays or tensors, and the lowest and highest code (``None`` if empty).
+    """:func:`dequantize_affine` of integer arrays or tensors, and the lowest and highest code.
 
-    The range is found in the same pass, so that a caller checking the codes reads them once."""
+    The range is found in the same pass, so that a caller checking the codes reads them once; it is
+    ``None`` where no such pass ran (empty codes, or a tensor on a device torch computes on)."""
     if is_tensor(codes):
         return _dequantize_tensor(codes, scale, zero_point, dtype)
     python_scalar = np.ndim(codes) == 0 and not isinstance(codes, np.ndarray)
@@ -323,5 +324,4 @@ def _dequantize_tensor(codes, scale, zero_point, dtype):
         return values.to(dtype), found
     out = _fast.empty_like(codes, dtype)
     scale, _, zero_point = _float_params(out, scale, zero_point)
-    found = (int(codes.min()), int(codes.max())) if codes.numel() else None
-    return out.copy_(codes).sub_(zero_point).mul_(scale), found
+    return out.copy_(codes).sub_(zero_point).mul_(scale), None

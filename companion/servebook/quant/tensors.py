@@ -207,6 +207,8 @@ def dequantize(codes, qparams: QParams, *, dtype=None):
         return dequantize_affine(codes, qparams.scale, qparams.zero_point, dtype=dtype)
     view, scale, zero_point = _params_view(codes, qparams)
     values, found = dequantized(view, scale, zero_point, dtype)   # the codes' range, read in the same pass
+    if found is None and size(codes):   # a device torch computes on: read apart
+        found = int(codes.min()), int(codes.max())
     if found is not None and (found[0] < qparams.qmin or found[1] > qparams.qmax):
         raise ValueError(f"codes must lie in [{qparams.qmin}, {qparams.qmax}] for {qparams.bits} bits "
                          f"{qparams.mapping.name}, got values in [{found[0]}, {found[1]}]")
