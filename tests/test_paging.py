@@ -496,6 +496,16 @@ def test_the_hashes_of_a_prompt_are_the_chain_of_block_hash_from_any_start(block
     assert paging.hashing.extend_hashes([], tokens[:block_size - 1], block_size) == []
 
 
+@pytest.mark.parametrize("base", [0, 2**40 + 3, 2**63 - 100])
+def test_the_hashes_of_a_range_of_ids_are_those_of_the_same_ids_in_a_list(base):
+    # A range is converted to bytes by numpy, a list by array: both must give the bytes block_hash hashes.
+    ids = range(base, base + 3 * 16 + 5)
+    assert paging.hashing.extend_hashes([], ids, 16) == paging.hashing.extend_hashes([], list(ids), 16)
+    assert paging.hashing.extend_hashes([], ids, 16, stop=40) == paging.hashing.extend_hashes([], list(ids), 16)[:2]
+    parent = paging.hashing.block_hash(None, list(ids[:16]))
+    assert paging.hashing.extend_hashes([parent], ids, 16)[1] == paging.hashing.block_hash(parent, list(ids[16:32]))
+
+
 def test_blocks_written_from_a_range_keep_it_and_behave_as_blocks_written_from_a_list():
     """The simulator writes a request's own ids, consecutive, as ranges (no list is built); a block holding
     one reads back, hashes, appends, and is copied on write as a block holding the same ids in a list."""

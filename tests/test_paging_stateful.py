@@ -118,6 +118,32 @@ class AllocatorMachine(RuleBasedStateMachine):
             assert able
             self.expected[seq].append(token)
 
+    @rule(seq=seqs, new=st.lists(TOKENS, min_size=1, max_size=2 * BLOCK_SIZE + 2))
+    def extend(self, seq, new):
+        """Several tokens at once (a prompt's next chunk, a recomputation): the partly filled block is
+        continued, the blocks after it are taken together and hashed from the stream."""
+        if seq not in self.expected:
+            with pytest.raises(ValueError):
+                self.kv.extend(seq, new, len(new))
+            return
+        stream = self.expected[seq] + new
+        last = self.kv.pool.blocks[self.kv.block_table(seq)[-1]]
+        before = snapshot(self.kv)
+        if last.ref_count > 1 and len(last.tokens) < BLOCK_SIZE:
+            with pytest.raises(ValueError, match="shares its last block"):
+                self.kv.extend(seq, stream, len(new))
+            assert snapshot(self.kv) == before
+            return
+        try:
+            self.kv.extend(seq, stream, len(new))
+        except OutOfBlocks:
+            event("extend out of blocks")
+            assert snapshot(self.kv) == before
+        else:
+            event("extend fills a block" if len(stream) // BLOCK_SIZE > len(self.expected[seq]) // BLOCK_SIZE
+                  else "extend within a block")
+            self.expected[seq] = stream
+
     @rule(target=seqs, seq=seqs)
     def fork(self, seq):
         child = self._new_id()

@@ -18,7 +18,7 @@ import pytest
 from servebook import batching, roofline
 from servebook.batching import SLO, Request, sample_trace, simulate
 from servebook.batching.simulator import _Server
-from servebook.paging import PagedAllocator
+from servebook.paging import BlockPool, PagedAllocator
 
 
 def test_the_reproducer_prefills_the_same_tokens_with_and_without_prefix_caching():
@@ -164,20 +164,31 @@ def test_arrivals_out_of_order_are_refused():
 # ---------------------------------------------------------------------------
 # 10^5 allocator operations under the scheduler, checked step by step
 
+class _ReportingPool(BlockPool):
+    """A block pool that reports every block it puts in the prefix cache."""
+
+    __slots__ = ("on_register",)
+
+    def _register(self, block, key) -> None:
+        super()._register(block, key)
+        self.on_register(block)
+
+
 class CheckedAllocator(PagedAllocator):
     """A paged allocator that counts its operations and remembers when each block was hashed, and by whom."""
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, num_blocks: int, block_size: int, **kwargs) -> None:
+        super().__init__(num_blocks, block_size, **kwargs)
+        self.pool = _ReportingPool(num_blocks, block_size)
+        self.pool.on_register = self._registered
         self.server = None
         self.ops = 0
         self.writer = None  # the sequence whose tokens are being written
         self.hashed_at: dict[int, tuple[int, object]] = {}  # block id -> (step, sequence) that hashed it
         self.hits: list[tuple[int, list[int], list[int]]] = []  # (step, hit block ids, their tokens as asked)
 
-    def _register_block(self, seq, i) -> None:
-        super()._register_block(seq, i)
-        self.hashed_at[seq.table[i].block_id] = (self.server.n_steps, self.writer)
+    def _registered(self, block) -> None:
+        self.hashed_at[block.block_id] = (self.server.n_steps, self.writer)
 
     def _allocate(self, seq_id, tokens, **options) -> int:  # what the simulator calls
         self.ops += 1

@@ -196,28 +196,46 @@ class _Server:
         """Run the quiet steps from here on in one loop, appending their records to ``rows``.
 
         A step is quiet when every running request decodes (they are the
-        cohort), no request arrives, none is admitted (nothing waits, or the
-        head of the queue is known not to fit), no member emits its last
-        token and the pool has a block for every take due.  Such a step
-        changes only the clock, the cohort's context and the blocks its takes
-        hold, and its record follows from those: the phases would give the same.
-        The loop stops before the first step that is not quiet, which the phases run.
+        cohort), none is admitted, no member emits its last token and the pool
+        has a block for every take due.  None is admitted when the cap or the
+        budget leaves no room, or the head of the queue does not fit: then
+        arrivals only lengthen the queue.  Such a step changes only the clock,
+        the queue's tail, the cohort's context and the blocks its takes hold,
+        and its record follows from those: the phases would give the same.  The
+        loop stops before the first step that is not quiet, which the phases run.
         """
-        cohort, waiting = self.cohort, self.waiting
+        cohort, waiting, pending, lives = self.cohort, self.waiting, self.pending, self.lives
         n = len(cohort.members)
-        if not n or n != len(self.running) or n > self.budget or (waiting and waiting[0] is not self.blocked):
+        if not n or n != len(self.running) or n > self.budget:
             return
+        # Until a request joins or leaves the batch, the cap and the budget left to admissions stay as they are,
+        # and a head of the queue that does not fit cannot come to fit: blocks free only shrink, and so do its hits.
+        closed = n >= self.max_num_seqs or n >= self.budget
         kv, pool, seconds = self.kv, self.kv.pool, self.seconds
         buckets, finishing, take = cohort.buckets, cohort.finishing, cohort.take
-        n_waiting, append = len(waiting), rows.append
-        arrival = self.pending[0].arrival_s if self.pending else math.inf
+        append = rows.append
+        arrival = pending[0].arrival_s if pending else math.inf
         stored = pool.tokens_in_use - cohort.written   # plus the context: what the cohort's members hold
         step, clock, context = self.n_steps, self.clock, cohort.context
-        while arrival > clock and step not in finishing:
+        while True:
+            ends = finishing.get(step)
+            if ends is not None:
+                if any(live.epoch == epoch for _, epoch, live in ends):
+                    break   # a member emits its last token: the phases finish it
+                del finishing[step]   # every one of them left the cohort since
+            while arrival <= clock:   # arrive()
+                waiting.append(lives[pending.popleft().request_id])
+                arrival = pending[0].arrival_s if pending else math.inf
+            if not closed and waiting and waiting[0] is not self.blocked:
+                if not self.head_waits(self.budget - n):
+                    break   # it may be admitted: the phases run this step
+                self.blocked = waiting[0]
             events = buckets.get(step)
             if events:
                 if len(events) > pool.num_available:
-                    break   # a take may find no block: the phases preempt
+                    events = [e for e in events if e[2].epoch == e[1]]   # the stale ones take nothing
+                    if len(events) > pool.num_available:
+                        break   # a take finds no block: the phases preempt
                 del buckets[step]
                 if len(events) > 1:
                     events.sort()
@@ -227,10 +245,20 @@ class _Server:
             dt = seconds(n, context, context + n, n)
             clock += dt
             context += n
-            append((clock, dt, n, n_waiting, 0, 0, 0, 0, n, 0, stored + context, kv.slots_reserved,
+            append((clock, dt, n, len(waiting), 0, 0, 0, 0, n, 0, stored + context, kv.slots_reserved,
                     pool.num_available, n))
             step += 1
         self.n_steps, self.clock, cohort.context = step, clock, context
+
+    def head_waits(self, left: int) -> bool:
+        """Whether :meth:`admit` would refuse the head of the queue now, with ``left`` tokens of budget.
+
+        It is refused when its blocks (with the watermark) are not available,
+        or, without chunked prefill, when what it must compute exceeds the budget.
+        """
+        live = self.waiting[0]
+        fits, cached = self.kv._would_fit(live.tokens(), live.hashes, self.reserve_blocks if self.running else 0)
+        return not fits or (not self.chunked and live.known - cached > left)
 
     def schedule_running(self) -> tuple[int, int]:
         """Give the running requests their tokens for this step, preempting when blocks run out.

@@ -143,6 +143,19 @@ class BlockPool:
         block.ref_count = 1
         return block
 
+    def _take_many(self, n: int) -> list[Block]:
+        """``n`` blocks in the order ``n`` calls of :meth:`take` hand them out; unchecked: for the allocator,
+        which has checked that ``n`` are available.  Empty ones are cut off the stack in one slice."""
+        free = self._free
+        if not 0 < n <= len(free):
+            return [self.take() for _ in range(n)]
+        blocks = free[-n:]
+        del free[-n:]
+        blocks.reverse()   # take() pops the top first
+        for block in blocks:
+            block.ref_count = 1
+        return blocks
+
     def _forget(self, block: Block) -> None:
         """Take ``block`` out of the prefix cache (its hash may still name duplicates: the next one is found)."""
         key = block.block_hash
@@ -184,15 +197,22 @@ class BlockPool:
         self._release(block)
 
     def _release(self, block: Block) -> None:
-        # Unchecked: for the allocator, whose tables hold only used blocks of this pool.
-        block.ref_count -= 1
-        if block.ref_count == 0:
-            self.tokens_in_use -= len(block.tokens)
-            if block.block_hash is not None:
-                self._cached_free[block.block_id] = block  # most recently freed: evicted last
-            else:
-                block.tokens = []
-                self._free.append(block)  # reused first, as vLLM prepends unhashed blocks
+        self._release_all((block,))
+
+    def _release_all(self, blocks) -> None:
+        """Release each of ``blocks`` in turn (a freed table, tail first); unchecked: for the allocator,
+        whose tables hold only used blocks of this pool."""
+        empty, cached, tokens = self._free, self._cached_free, 0
+        for block in blocks:
+            block.ref_count -= 1
+            if not block.ref_count:
+                tokens += len(block.tokens)
+                if block.block_hash is None:
+                    block.tokens = []
+                    empty.append(block)  # reused first, as vLLM prepends unhashed blocks
+                else:
+                    cached[block.block_id] = block  # most recently freed: evicted last
+        self.tokens_in_use -= tokens
 
     def lookup(self, key: bytes) -> Block | None:
         """A block cached under ``key`` (the first registered), or ``None``: by hash alone, as vLLM V1."""

@@ -7,6 +7,8 @@ import struct
 from array import array
 from collections.abc import Iterable, Sequence
 
+import numpy as np
+
 from ..checks import whole
 
 TOKEN_LIMIT = 2**63  # token ids are hashed as signed 64-bit integers
@@ -36,19 +38,28 @@ def block_hash(parent: bytes | None, tokens: Sequence[int]) -> bytes:
 _PACKERS: dict[int, struct.Struct] = {}  # block size -> the struct of that many int64 ids
 
 
-def extend_hashes(hashes: list[bytes], tokens: Sequence[int], block_size: int) -> list[bytes]:
+def extend_hashes(hashes: list[bytes], tokens: Sequence[int], block_size: int, stop: int | None = None) -> list[bytes]:
     """Append to ``hashes`` (the chain of the first blocks of ``tokens``) the :func:`block_hash` of each
-    further full block of ``tokens``; the bytes are converted once for all of them."""
-    first, stop = len(hashes), len(tokens) // block_size
-    if first >= stop:
+    further full block of ``tokens[:stop]`` (default: all of it); the ids are converted to bytes once for all."""
+    first, last = len(hashes), (len(tokens) if stop is None else stop) // block_size
+    if first >= last:
         return hashes
     width = 8 * block_size  # bytes of one block of int64 ids
-    data = array("q", tokens[first * block_size:stop * block_size]).tobytes()
+    data = _int64_bytes(tokens[first * block_size:last * block_size])
     parent = hashes[-1] if hashes else b""
+    sha256 = hashlib.sha256
     for offset in range(0, len(data), width):
-        parent = hashlib.sha256(parent + data[offset:offset + width]).digest()
+        parent = sha256(parent + data[offset:offset + width]).digest()
         hashes.append(parent)
     return hashes
+
+
+def _int64_bytes(ids: Sequence[int]) -> bytes:
+    """``ids`` as native int64 bytes; a range of ids by numpy's ``arange``, which makes no Python int per id
+    (about 20 times faster than ``array`` on a few hundred ids: a request's own ids come as ranges)."""
+    if type(ids) is range and ids.step == 1 and 0 <= ids.start <= ids.stop <= TOKEN_LIMIT:
+        return np.arange(ids.start, ids.stop, dtype=np.int64).tobytes()
+    return array("q", ids).tobytes()
 
 
 def token_ids(tokens: Iterable[int], name: str = "tokens") -> list[int]:

@@ -205,6 +205,24 @@ class PagedAllocator:
         return self._allocate(seq_id, tokens, num_new=num_new, max_new=max_new, reserve=whole("reserve", reserve, 0),
                               hashes=hashes)
 
+    def _lookup(self, tokens: Sequence[int], hashes: list[bytes] | None) -> tuple[list[bytes], list[Block]]:
+        """The prompt's block hashes (``hashes`` extended in place) and its hits; nothing without prefix caching."""
+        if not self.prefix_caching:
+            return [], []
+        hashes = self.prefix_hashes(tokens, hashes)
+        return hashes, self._hits(tokens, hashes)
+
+    def _would_fit(self, tokens: Sequence[int], hashes: list[bytes] | None, reserve: int) -> tuple[bool, int]:
+        """Whether :meth:`_allocate` would take the prompt ``tokens`` now, and the tokens it would find cached.
+
+        No side effect but the one ``_allocate`` has too: ``hashes`` extended.
+        For the simulator, which asks whether the head of its queue could be
+        admitted in a step it runs without the scheduling phases.
+        """
+        _, hits = self._lookup(tokens, hashes)
+        fits = self._fits(self.pool, hits, ceil_div(len(tokens), self.block_size) - len(hits), reserve)
+        return fits, len(hits) * self.block_size
+
     def _allocate(self, seq_id: Hashable, tokens: list[int], *, num_new: int | None = None,
                   max_new: int | None = None, reserve: int = 0, hashes: list[bytes] | None = None) -> int:
         """:meth:`allocate` for a new ``seq_id`` whose ``tokens`` are known to be token ids that fit the pool.
@@ -212,11 +230,7 @@ class PagedAllocator:
         For the simulator, whose streams are its own and whose requests were checked against the pool
         once: validating every prompt again at every admission attempt would cost more than the lookup.
         """
-        if self.prefix_caching:
-            hashes = self.prefix_hashes(tokens, hashes)
-            hits = self._hits(tokens, hashes)
-        else:
-            hashes, hits = [], []
+        hashes, hits = self._lookup(tokens, hashes)
         cached = len(hits) * self.block_size
         n_new = len(tokens) - cached if num_new is None else whole("num_new", num_new, 1, len(tokens) - cached)
         if max_new is not None:
@@ -236,30 +250,37 @@ class PagedAllocator:
         return cached
 
     def _write(self, seq: _Sequence, tokens: Sequence[int], start: int, stop: int) -> None:
-        """Write ``tokens[start:stop]`` after the sequence's first ``start``, taking blocks as they fill.
+        """Write ``tokens[start:stop]`` after the sequence's first ``start``, taking blocks as they fill;
+        with prefix caching, every block that fills is hashed and registered.
 
         The caller has checked that the new blocks are available.
         """
-        pool, bs, table, caching = self.pool, self.block_size, seq.table, self.prefix_caching
+        pool, bs, table = self.pool, self.block_size, seq.table
+        need = ceil_div(stop, bs) - len(table)   # blocks _grow has not taken ahead
+        if need > 0:
+            table += pool._take_many(need)
         written = tokens[start:stop]   # sliced once (a view's slice is a Python call; a list's or range's is not)
-        pos, i = start, start // bs
-        while pos < stop:
-            if i == len(table):  # the block this position starts (unless _grow took it ahead)
-                table.append(pool.take())
-            end = (i + 1) * bs
-            if end > stop:
-                end = stop
-            block = table[i]
-            if block.tokens:   # a partly filled block, continued
-                block.tokens = [*block.tokens, *written[pos - start:end - start]]
-            else:              # a list of its own, or a range of consecutive ids
-                block.tokens = written[pos - start:end - start]
-            if caching and end % bs == 0:
-                self._register_block(seq, i)
-            pos = end
+        first = i = start // bs
+        at = 0                         # where block i's part starts in written
+        if start % bs:                 # the partly filled block, continued
+            at = min(bs - start % bs, stop - start)
+            table[i].tokens = [*table[i].tokens, *written[:at]]
             i += 1
+        for block in table[i:ceil_div(stop, bs)]:   # a list of its own, or a range of consecutive ids
+            block.tokens = written[at:at + bs]
+            at += bs
         pool.tokens_in_use += stop - start
         seq.length = stop
+        full = stop // bs
+        if self.prefix_caching and first < full:
+            hashes = seq.hashes
+            if len(hashes) < full:
+                if len(hashes) == first and start % bs:   # the continued block: hashed from what it holds
+                    hashes.append(block_hash(hashes[-1] if hashes else None, table[first].tokens))
+                extend_hashes(hashes, tokens, bs, stop)   # the blocks written whole, from the stream at once
+            register = pool._register
+            for i in range(first, full):
+                register(table[i], hashes[i])
 
     def _write_through(self, seq_id: Hashable, tokens: Sequence[int], stop: int) -> None:
         """:meth:`extend` up to ``stop`` tokens without its checks of the arguments: for the simulator,
@@ -366,6 +387,4 @@ class PagedAllocator:
         """
         seq = self._get(seq_id)
         del self._seqs[seq_id]
-        release = self.pool._release
-        for block in reversed(seq.table):
-            release(block)
+        self.pool._release_all(reversed(seq.table))
