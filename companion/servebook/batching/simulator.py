@@ -30,8 +30,9 @@ decodes fill later, when it settles their request, which no record shows.)
 A step in which every running request decodes runs on the
 :class:`~servebook.batching.cohort.DecodeCohort`: its cost is the step's
 events, not its requests, and its records are those of visiting every request.
-A run of *quiet* steps (nothing arrives, is admitted or finishes) goes through
-one loop, :meth:`_Server.decode_quietly`, instead of the five phases.
+A run of *quiet* steps (every running request decodes and none is admitted,
+preempted or finished: arrivals only lengthen the queue) goes through one
+loop, :meth:`_Server.decode_quietly`, instead of the five phases.
 
 Differences on purpose: static batching (admit only into an empty server, free
 a batch's memory when all its members have finished) and the naive allocator
@@ -217,6 +218,7 @@ class _Server:
         arrival = pending[0].arrival_s if pending else math.inf
         stored = pool.tokens_in_use - cohort.written   # plus the context: what the cohort's members hold
         step, clock, context = self.n_steps, self.clock, cohort.context
+        available, reserved = pool.num_available, kv.slots_reserved   # they change only with takes
         while True:
             ends = finishing.get(step)
             if ends is not None:
@@ -232,9 +234,9 @@ class _Server:
                 self.blocked = waiting[0]
             events = buckets.get(step)
             if events:
-                if len(events) > pool.num_available:
+                if len(events) > available:
                     events = [e for e in events if e[2].epoch == e[1]]   # the stale ones take nothing
-                    if len(events) > pool.num_available:
+                    if len(events) > available:
                         break   # a take finds no block: the phases preempt
                 del buckets[step]
                 if len(events) > 1:
@@ -242,11 +244,11 @@ class _Server:
                 for _, epoch, live in events:
                     if live.epoch == epoch:
                         take(live, step)
+                available, reserved = pool.num_available, kv.slots_reserved
             dt = seconds(n, context, context + n, n)
             clock += dt
             context += n
-            append((clock, dt, n, len(waiting), 0, 0, 0, 0, n, 0, stored + context, kv.slots_reserved,
-                    pool.num_available, n))
+            append((clock, dt, n, len(waiting), 0, 0, 0, 0, n, 0, stored + context, reserved, available, n))
             step += 1
         self.n_steps, self.clock, cohort.context = step, clock, context
 
