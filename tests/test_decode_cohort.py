@@ -100,3 +100,35 @@ def test_a_request_of_one_output_token_and_an_idle_server(monkeypatch):
     assert cohort_steps > 0
     for name in lazy:
         assert np.array_equal(lazy[name], eager[name], equal_nan=True), name
+
+
+@pytest.mark.parametrize("chunked", [True, False], ids=["chunked", "whole prompts"])
+def test_quiet_steps_take_arrivals_and_find_that_the_head_cannot_fit(monkeypatch, chunked):
+    """The quiet loop also runs the steps in which requests only arrive, and the step after a preemption
+    or a finish in which the head of the queue is found not to fit: every record stays the step-by-step one."""
+    seen = {"arrivals": 0, "head refused": 0, "stale ends": 0}
+    quietly, head_waits = simulator._Server.decode_quietly, simulator._Server.head_waits
+
+    def watched(server, rows):
+        before, queued = len(rows), len(server.waiting)
+        ends = set(server.cohort.finishing)
+        quietly(server, rows)
+        if len(rows) > before:
+            seen["arrivals"] += len(server.waiting) > queued
+            seen["stale ends"] += len([s for s in ends if s < server.n_steps])
+
+    def refused(server, left):
+        waits = head_waits(server, left)
+        seen["head refused"] += waits
+        return waits
+
+    monkeypatch.setattr(simulator._Server, "decode_quietly", watched)
+    monkeypatch.setattr(simulator._Server, "head_waits", refused)
+    trace = sample_trace(300, seed=5, prompt_mean=150, output_mean=120, max_len=512, arrival_rate=60.0,
+                         shared_prefix_len=48, n_prefix_groups=3)
+    lazy, eager, _ = _both(monkeypatch, trace, kv_slots=50 * 16, max_len=512, prefix_caching=True,
+                           chunked_prefill=chunked, max_num_batched_tokens=512, cost=STEP_MODEL)
+    for name in lazy:
+        assert np.array_equal(lazy[name], eager[name], equal_nan=True), name
+    assert lazy["steps.preempted"].sum() > 0
+    assert all(seen.values()), seen
