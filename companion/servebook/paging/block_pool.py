@@ -194,9 +194,6 @@ class BlockPool:
         self._own(block)
         if block.ref_count <= 0:
             raise ValueError(f"block {block.block_id} is not in use (ref_count {block.ref_count})")
-        self._release(block)
-
-    def _release(self, block: Block) -> None:
         self._release_all((block,))
 
     def _release_all(self, blocks) -> None:
