@@ -22,7 +22,10 @@ not at the step that fills it, and no record can tell.  Such a block holds a
 token the request generated, and a request's ids are its own
 (:meth:`~servebook.batching.Request.token`): only that request can ask for its
 hash, after a preemption, when it has left the cohort; and a block's place in
-the free queue is set when it is freed, after the settle.
+the free queue is set when it is freed, after the settle.  Without prefix
+caching, a request that leaves to be freed (preempted or finished) skips the
+writes: nothing reads a block's content then, and the step's record counts the
+tokens it held all the same.
 """
 
 from __future__ import annotations
@@ -147,8 +150,8 @@ class DecodeCohort:
         """The members have run one more step: each computed one more token."""
         self.context += len(self.members)
 
-    def settle(self, live, step: int) -> None:
-        """Bring ``live`` to the start of ``step``: counters, token steps, and every write so far."""
+    def settle(self, live, step: int, write: bool = True) -> None:
+        """Bring ``live`` to the start of ``step``: counters, token steps, and (with ``write``) every write so far."""
         steps = step - live.since
         if steps:
             first = live.offset + live.generated
@@ -160,15 +163,23 @@ class DecodeCohort:
             live.generated += steps
             live.known += steps
             live.since = step
-        self._write(live, live.computed)
+        if write:
+            self._write(live, live.computed)
 
-    def leave(self, live, step: int) -> None:
-        """``live`` stops decoding lazily at the start of ``step`` (settled first)."""
-        self.settle(live, step)
+    def leave(self, live, step: int, write: bool = True) -> int:
+        """``live`` stops decoding lazily at the start of ``step`` (settled first).
+
+        Without ``write``, the tokens it computed since its last write are not
+        passed to the allocator: for a request whose blocks are freed before
+        anyone could read them (without prefix caching, nothing reads a block's
+        content).  Returns how many tokens that leaves out.
+        """
+        self.settle(live, step, write)
         del self.members[live]
         self.context -= live.computed
         self.written -= live.written
         live.epoch += 1
+        return live.computed - live.written
 
     def leave_all(self, step: int) -> None:
         """Every member leaves at the start of ``step``; every event booked is stale then."""

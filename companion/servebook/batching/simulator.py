@@ -125,6 +125,10 @@ class _Server:
         self.lives = {r.request_id: _Live(r, o) for r, o in zip(requests, offsets[:-1], strict=True)}
         self.token_steps = array("l", bytes(8 * offsets[-1]))  # the step at which each output token came out
         self.cohort = DecodeCohort(kv, self.token_steps) if lazy else None
+        # Without prefix caching no block's content is ever read: a request that leaves the cohort to be freed
+        # need not have the tokens it decoded since its last write passed to the allocator first.
+        self.caching = kv_caches(kv)
+        self.unwritten = 0   # tokens of this step's finished members held but not written
         self.pending = deque(requests)
         self.waiting: deque[_Live] = deque()
         self.running: list[_Live] = []         # in the order of admission
@@ -317,7 +321,7 @@ class _Server:
         if victim.done:  # a finished member of a static batch, waiting for the others
             victim = next(v for v in reversed(running) if not v.done)
         if self.cohort is not None and victim in self.cohort.members:
-            self.cohort.leave(victim, self.n_steps)
+            self.cohort.leave(victim, self.n_steps, write=self.caching)   # its blocks are freed now
         self.kv.free(victim.req.request_id)
         if running[-1] is victim:
             running.pop()
@@ -433,7 +437,8 @@ class _Server:
         cohort, after = self.cohort, self.n_steps + 1
         done = cohort.finished(self.n_steps)
         for live in done:
-            cohort.leave(live, after)
+            # freed at the end of this step; its record counts what it held all the same
+            self.unwritten += cohort.leave(live, after, write=self.caching)
             live.done = True
             live.finish_s = self.clock
         return len(done)
@@ -453,6 +458,7 @@ class _Server:
             running[:] = [v for v in running if not v.done]
             self.blocked = None
         self.scheduled = []
+        self.unwritten = 0
 
 
 def kv_caches(kv: PagedAllocator | NaiveAllocator) -> bool:
@@ -567,7 +573,7 @@ def _run(server: _Server) -> list[tuple]:
         preempted, admitted, cached, n_scheduled = schedule()
         dt, prefill, decode, finished = step()
         # What the step held, before any frees; the cohort's tokens not yet passed to the allocator count.
-        stored = kv.tokens_stored + (cohort.pending_writes if cohort is not None else 0)
+        stored = kv.tokens_stored + server.unwritten + (cohort.pending_writes if cohort is not None else 0)
         reserved = kv.slots_reserved
         finish()
         free = kv.pool.num_available if paged else kv.regions_free
