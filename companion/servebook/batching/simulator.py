@@ -30,9 +30,9 @@ decodes fill later, when it settles their request, which no record shows.)
 A step in which every running request decodes runs on the
 :class:`~servebook.batching.cohort.DecodeCohort`: its cost is the step's
 events, not its requests, and its records are those of visiting every request.
-A run of *quiet* steps (every running request decodes and none is admitted,
-preempted or finished: arrivals only lengthen the queue) goes through one
-loop, :meth:`_Server.decode_quietly`, instead of the five phases.
+A run of *quiet* steps (every running request decodes and none is admitted or
+finished: arrivals only lengthen the queue, preemptions only shorten the batch)
+goes through one loop, :meth:`_Server.decode_quietly`, instead of the five phases.
 
 Differences on purpose: static batching (admit only into an empty server, free
 a batch's memory when all its members have finished) and the naive allocator
@@ -201,13 +201,14 @@ class _Server:
         """Run the quiet steps from here on in one loop, appending their records to ``rows``.
 
         A step is quiet when every running request decodes (they are the
-        cohort), none is admitted, no member emits its last token and the pool
-        has a block for every take due.  None is admitted when the cap or the
-        budget leaves no room, or the head of the queue does not fit: then
-        arrivals only lengthen the queue.  Such a step changes only the clock,
-        the queue's tail, the cohort's context and the blocks its takes hold,
-        and its record follows from those: the phases would give the same.  The
-        loop stops before the first step that is not quiet, which the phases run.
+        cohort), none is admitted and no member emits its last token.  None is
+        admitted when the cap or the budget leaves no room, or the head of the
+        queue does not fit: then arrivals only lengthen the queue.  A take that
+        finds no block preempts the last running requests, by the phases' own
+        :meth:`schedule_decodes`.  Such a step changes only the clock, the
+        queue, the cohort and the blocks its takes hold, and its record follows
+        from those: the phases would give the same.  The loop stops before the
+        first step that is not quiet, which the phases run.
         """
         cohort, waiting, pending, lives = self.cohort, self.waiting, self.pending, self.lives
         n = len(cohort.members)
@@ -236,23 +237,31 @@ class _Server:
                 if not self.head_waits(self.budget - n):
                     break   # it may be admitted: the phases run this step
                 self.blocked = waiting[0]
+            preempted = 0
             events = buckets.get(step)
             if events:
                 if len(events) > available:
                     events = [e for e in events if e[2].epoch == e[1]]   # the stale ones take nothing
-                    if len(events) > available:
-                        break   # a take finds no block: the phases preempt
-                del buckets[step]
-                if len(events) > 1:
-                    events.sort()
-                for _, epoch, live in events:
-                    if live.epoch == epoch:
-                        take(live, step)
+                if len(events) > available:   # a take finds no block: the last running requests are preempted
+                    self.n_steps, self.clock, cohort.context = step, clock, context
+                    # (one of them is left: a request running alone always finds a block, none being longer
+                    # than the pool, so the member preempting itself is never the only one)
+                    preempted = self.schedule_decodes()
+                    n, context = len(cohort.members), cohort.context
+                    stored = pool.tokens_in_use - cohort.written
+                    closed = n >= self.max_num_seqs or n >= self.budget
+                else:
+                    del buckets[step]
+                    if len(events) > 1:
+                        events.sort()
+                    for _, epoch, live in events:
+                        if live.epoch == epoch:
+                            take(live, step)
                 available, reserved = pool.num_available, kv.slots_reserved
             dt = seconds(n, context, context + n, n)
             clock += dt
             context += n
-            append((clock, dt, n, len(waiting), 0, 0, 0, 0, n, 0, stored + context, reserved, available, n))
+            append((clock, dt, n, len(waiting), 0, preempted, 0, 0, n, 0, stored + context, reserved, available, n))
             step += 1
         self.n_steps, self.clock, cohort.context = step, clock, context
 
