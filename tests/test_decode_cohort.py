@@ -105,9 +105,10 @@ def test_a_request_of_one_output_token_and_an_idle_server(monkeypatch):
 @pytest.mark.parametrize("chunked", [True, False], ids=["chunked", "whole prompts"])
 def test_quiet_steps_take_arrivals_and_find_that_the_head_cannot_fit(monkeypatch, chunked):
     """The quiet loop also runs the steps in which requests only arrive, those in which a take finds no
-    block and the last running requests are preempted, and the step after a preemption or a finish in
-    which the head of the queue is found not to fit: every record stays the step-by-step one."""
-    seen = {"arrivals": 0, "head refused": 0, "stale ends": 0, "preemptions": 0}
+    block and the last running requests are preempted, those in which members finish, and the step
+    after a preemption or a finish in which the head of the queue is found not to fit: every record
+    stays the step-by-step one."""
+    seen = {"arrivals": 0, "head refused": 0, "stale ends": 0, "preemptions": 0, "finishes": 0}
     quietly, head_waits = simulator._Server.decode_quietly, simulator._Server.head_waits
 
     def watched(server, rows):
@@ -118,6 +119,7 @@ def test_quiet_steps_take_arrivals_and_find_that_the_head_cannot_fit(monkeypatch
             seen["arrivals"] += len(server.waiting) > queued
             seen["stale ends"] += len([s for s in ends if s < server.n_steps])
             seen["preemptions"] += sum(row[5] for row in rows[before:])
+            seen["finishes"] += sum(row[6] for row in rows[before:])
 
     def refused(server, left):
         waits = head_waits(server, left)

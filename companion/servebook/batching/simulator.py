@@ -30,9 +30,10 @@ decodes fill later, when it settles their request, which no record shows.)
 A step in which every running request decodes runs on the
 :class:`~servebook.batching.cohort.DecodeCohort`: its cost is the step's
 events, not its requests, and its records are those of visiting every request.
-A run of *quiet* steps (every running request decodes and none is admitted or
-finished: arrivals only lengthen the queue, preemptions only shorten the batch)
-goes through one loop, :meth:`_Server.decode_quietly`, instead of the five phases.
+A run of *quiet* steps (every running request decodes and none is admitted:
+arrivals only lengthen the queue, preemptions and finishes only shorten the
+batch) goes through one loop, :meth:`_Server.decode_quietly`, instead of the
+five phases.
 
 Differences on purpose: static batching (admit only into an empty server, free
 a batch's memory when all its members have finished) and the naive allocator
@@ -201,21 +202,23 @@ class _Server:
         """Run the quiet steps from here on in one loop, appending their records to ``rows``.
 
         A step is quiet when every running request decodes (they are the
-        cohort), none is admitted and no member emits its last token.  None is
-        admitted when the cap or the budget leaves no room, or the head of the
-        queue does not fit: then arrivals only lengthen the queue.  A take that
-        finds no block preempts the last running requests, by the phases' own
-        :meth:`schedule_decodes`.  Such a step changes only the clock, the
-        queue, the cohort and the blocks its takes hold, and its record follows
-        from those: the phases would give the same.  The loop stops before the
-        first step that is not quiet, which the phases run.
+        cohort) and none is admitted: the cap or the budget leaves no room, or
+        the head of the queue does not fit, and arrivals only lengthen the
+        queue.  A take that finds no block preempts the last running requests
+        (by the phases' own :meth:`schedule_decodes`), and members that emit
+        their last token leave and are freed (by :meth:`_finish_members` and
+        :meth:`finish`): the batch only shrinks.  The record of such a step
+        follows from the clock, the queue, the cohort and the pool: the phases
+        would give the same.  The loop stops before the first step that may
+        admit a request, and when the batch is empty; the phases run those.
         """
         cohort, waiting, pending, lives = self.cohort, self.waiting, self.pending, self.lives
         n = len(cohort.members)
         if not n or n != len(self.running) or n > self.budget:
             return
-        # Until a request joins or leaves the batch, the cap and the budget left to admissions stay as they are,
-        # and a head of the queue that does not fit cannot come to fit: blocks free only shrink, and so do its hits.
+        # Until a request leaves the batch (then both are looked at again), the cap and the budget left to
+        # admissions stay as they are, and a head of the queue that does not fit cannot come to fit: the blocks
+        # available only shrink, and so do its hits.
         closed = n >= self.max_num_seqs or n >= self.budget
         kv, pool, seconds = self.kv, self.kv.pool, self.seconds
         buckets, finishing, take = cohort.buckets, cohort.finishing, cohort.take
@@ -226,10 +229,9 @@ class _Server:
         available, reserved = pool.num_available, kv.slots_reserved   # they change only with takes
         while True:
             ends = finishing.get(step)
-            if ends is not None:
-                if any(live.epoch == epoch for _, epoch, live in ends):
-                    break   # a member emits its last token: the phases finish it
+            if ends is not None and not any(live.epoch == epoch for _, epoch, live in ends):
                 del finishing[step]   # every one of them left the cohort since
+                ends = None
             while arrival <= clock:   # arrive()
                 waiting.append(lives[pending.popleft().request_id])
                 arrival = pending[0].arrival_s if pending else math.inf
@@ -261,8 +263,26 @@ class _Server:
             dt = seconds(n, context, context + n, n)
             clock += dt
             context += n
-            append((clock, dt, n, len(waiting), 0, preempted, 0, 0, n, 0, stored + context, reserved, available, n))
+            if ends is None:
+                append((clock, dt, n, len(waiting), 0, preempted, 0, 0, n, 0, stored + context, reserved, available, n))
+                step += 1
+                continue
+            # Members emit their last token: they leave, done, and are freed, as step() and finish() do it.
+            self.n_steps, self.clock, cohort.context = step, clock, context
+            finished = self._finish_members()
+            held = pool.tokens_in_use + self.unwritten + cohort.context - cohort.written
+            reserved = kv.slots_reserved
+            self.any_done = finished > 0
+            self.finish()
+            append((clock, dt, n, len(waiting), 0, preempted, finished, 0, n, 0, held, reserved,
+                    pool.num_available, len(self.running)))
             step += 1
+            n, context = len(cohort.members), cohort.context
+            if not n:
+                break   # the batch is empty: the phases admit or wait for arrivals
+            stored = pool.tokens_in_use - cohort.written
+            available, reserved = pool.num_available, kv.slots_reserved
+            closed = n >= self.max_num_seqs or n >= self.budget
         self.n_steps, self.clock, cohort.context = step, clock, context
 
     def head_waits(self, left: int) -> bool:
@@ -574,9 +594,11 @@ def _run(server: _Server) -> list[tuple]:
     # The phases, looked up once: this loop runs once per step, up to millions of times.
     arrive, schedule, step, finish = server.arrive, server.schedule, server.step, server.finish
     quiet = server.decode_quietly if cohort is not None else None
-    while server.busy:
+    while True:
         if quiet is not None:
-            quiet(rows)
+            quiet(rows)   # may run the server to its end
+        if not server.busy:
+            break
         if not arrive():
             continue  # the server was idle until the next arrival
         preempted, admitted, cached, n_scheduled = schedule()
