@@ -226,7 +226,10 @@ class _Server:
         arrival = pending[0].arrival_s if pending else math.inf
         stored = pool.tokens_in_use - cohort.written   # plus the context: what the cohort's members hold
         step, clock, context = self.n_steps, self.clock, cohort.context
-        available, reserved = pool.num_available, kv.slots_reserved   # they change only with takes
+        # Blocks available, and the slots of the blocks in use: they change only with takes and frees.
+        blocks, bs = pool.num_blocks, kv.block_size
+        available = pool.num_available
+        reserved = (blocks - available) * bs
         while True:
             ends = finishing.get(step)
             if ends is not None and not any(live.epoch == epoch for _, epoch, live in ends):
@@ -259,7 +262,8 @@ class _Server:
                     for _, epoch, live in events:
                         if live.epoch == epoch:
                             take(live, step)
-                available, reserved = pool.num_available, kv.slots_reserved
+                available = pool.num_available
+                reserved = (blocks - available) * bs
             dt = seconds(n, context, context + n, n)
             clock += dt
             context += n
@@ -281,7 +285,8 @@ class _Server:
             if not n:
                 break   # the batch is empty: the phases admit or wait for arrivals
             stored = pool.tokens_in_use - cohort.written
-            available, reserved = pool.num_available, kv.slots_reserved
+            available = pool.num_available
+            reserved = (blocks - available) * bs
             closed = n >= self.max_num_seqs or n >= self.budget
         self.n_steps, self.clock, cohort.context = step, clock, context
 
