@@ -212,13 +212,18 @@ class _Server:
         would give the same.  The loop stops before the first step that may
         admit a request, and when the batch is empty; the phases run those.
         """
+        while self._quiet_steps(rows):
+            pass   # a member left the batch: its state is read again
+
+    def _quiet_steps(self, rows: list) -> bool:
+        """:meth:`decode_quietly`'s steps while the batch keeps its members; ``True`` after a step in which
+        some left it (preempted or finished: more quiet steps may follow), ``False`` before a step that is not quiet."""
         cohort, waiting, pending, lives = self.cohort, self.waiting, self.pending, self.lives
         n = len(cohort.members)
         if not n or n != len(self.running) or n > self.budget:
-            return
-        # Until a request leaves the batch (then both are looked at again), the cap and the budget left to
-        # admissions stay as they are, and a head of the queue that does not fit cannot come to fit: the blocks
-        # available only shrink, and so do its hits.
+            return False   # an empty batch, or one with a prompt to compute: the phases run the step
+        # While the batch keeps its members, the cap and the budget left to admissions stay as they are, and a
+        # head of the queue that does not fit cannot come to fit: the blocks available only shrink, and its hits too.
         closed = n >= self.max_num_seqs or n >= self.budget
         kv, pool, seconds = self.kv, self.kv.pool, self.seconds
         buckets, finishing, take = cohort.buckets, cohort.finishing, cohort.take
@@ -230,7 +235,8 @@ class _Server:
         blocks, bs = pool.num_blocks, kv.block_size
         available = pool.num_available
         reserved = (blocks - available) * bs
-        while True:
+        left = False   # whether a member left the batch in this step
+        while not left:
             ends = finishing.get(step)
             if ends is not None and not any(live.epoch == epoch for _, epoch, live in ends):
                 del finishing[step]   # every one of them left the cohort since
@@ -254,7 +260,7 @@ class _Server:
                     preempted = self.schedule_decodes()
                     n, context = len(cohort.members), cohort.context
                     stored = pool.tokens_in_use - cohort.written
-                    closed = n >= self.max_num_seqs or n >= self.budget
+                    left = True
                 else:
                     del buckets[step]
                     if len(events) > 1:
@@ -269,26 +275,19 @@ class _Server:
             context += n
             if ends is None:
                 append((clock, dt, n, len(waiting), 0, preempted, 0, 0, n, 0, stored + context, reserved, available, n))
-                step += 1
-                continue
-            # Members emit their last token: they leave, done, and are freed, as step() and finish() do it.
-            self.n_steps, self.clock, cohort.context = step, clock, context
-            finished = self._finish_members()
-            held = pool.tokens_in_use + self.unwritten + cohort.context - cohort.written
-            reserved = kv.slots_reserved
-            self.any_done = finished > 0
-            self.finish()
-            append((clock, dt, n, len(waiting), 0, preempted, finished, 0, n, 0, held, reserved,
-                    pool.num_available, len(self.running)))
+            else:   # members emit their last token: they leave, done, and are freed, as step() and finish() do it
+                self.n_steps, self.clock, cohort.context = step, clock, context
+                finished = self._finish_members()
+                held = pool.tokens_in_use + self.unwritten + cohort.context - cohort.written
+                self.any_done = finished > 0
+                left = left or self.any_done
+                self.finish()
+                append((clock, dt, n, len(waiting), 0, preempted, finished, 0, n, 0, held, reserved,
+                        pool.num_available, len(self.running)))
+                context = cohort.context
             step += 1
-            n, context = len(cohort.members), cohort.context
-            if not n:
-                break   # the batch is empty: the phases admit or wait for arrivals
-            stored = pool.tokens_in_use - cohort.written
-            available = pool.num_available
-            reserved = (blocks - available) * bs
-            closed = n >= self.max_num_seqs or n >= self.budget
         self.n_steps, self.clock, cohort.context = step, clock, context
+        return left
 
     def head_waits(self, left: int) -> bool:
         """Whether :meth:`admit` would refuse the head of the queue now, with ``left`` tokens of budget.
@@ -389,7 +388,7 @@ class _Server:
             tokens = live.tokens()
             reserve = self.reserve_blocks if running else 0
             if not self.chunked:  # a prompt that does not fit the budget whole waits
-                cached = kv.cached_prefix(tokens, live.hashes) if kv_caches(kv) else 0
+                cached = kv.cached_prefix(tokens, live.hashes) if self.caching else 0
                 if known - cached > budget:
                     if remember and not admitted:  # the budget next step is this one's
                         self.blocked = live

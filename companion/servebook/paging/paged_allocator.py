@@ -152,8 +152,7 @@ class PagedAllocator:
         """Tokens of ``tokens`` that a new sequence would take from the prefix cache now (no side effects)."""
         if not self.prefix_caching:
             return 0
-        tokens = token_ids(tokens)
-        return len(self._hits(tokens, self.prefix_hashes(tokens, hashes))) * self.block_size
+        return len(self._prompt_hits(token_ids(tokens), hashes)[1]) * self.block_size
 
     @staticmethod
     def _fits(pool: BlockPool, hits: list[Block], n_new: int, keep_free: int = 0) -> bool:
@@ -177,8 +176,7 @@ class PagedAllocator:
         keep_free = whole("keep_free", keep_free, 0)
         tokens = token_ids(tokens)
         self._check_fits_pool(len(tokens))
-        hits = self._hits(tokens, self.prefix_hashes(tokens)) if self.prefix_caching else []
-        return self._fits(self.pool, hits, ceil_div(len(tokens), self.block_size) - len(hits), keep_free)
+        return self._would_fit(tokens, None, keep_free)[0]
 
     def allocate(self, seq_id: Hashable, tokens: Sequence[int], *, num_new: int | None = None,
                  max_new: int | None = None, reserve: int = 0, hashes: list[bytes] | None = None) -> int:
@@ -205,7 +203,7 @@ class PagedAllocator:
         return self._allocate(seq_id, tokens, num_new=num_new, max_new=max_new, reserve=whole("reserve", reserve, 0),
                               hashes=hashes)
 
-    def _lookup(self, tokens: Sequence[int], hashes: list[bytes] | None) -> tuple[list[bytes], list[Block]]:
+    def _prompt_hits(self, tokens: Sequence[int], hashes: list[bytes] | None) -> tuple[list[bytes], list[Block]]:
         """The prompt's block hashes (``hashes`` extended in place) and its hits; nothing without prefix caching."""
         if not self.prefix_caching:
             return [], []
@@ -219,7 +217,7 @@ class PagedAllocator:
         For the simulator, which asks whether the head of its queue could be
         admitted in a step it runs without the scheduling phases.
         """
-        _, hits = self._lookup(tokens, hashes)
+        _, hits = self._prompt_hits(tokens, hashes)
         fits = self._fits(self.pool, hits, ceil_div(len(tokens), self.block_size) - len(hits), reserve)
         return fits, len(hits) * self.block_size
 
@@ -230,7 +228,7 @@ class PagedAllocator:
         For the simulator, whose streams are its own and whose requests were checked against the pool
         once: validating every prompt again at every admission attempt would cost more than the lookup.
         """
-        hashes, hits = self._lookup(tokens, hashes)
+        hashes, hits = self._prompt_hits(tokens, hashes)
         cached = len(hits) * self.block_size
         n_new = len(tokens) - cached if num_new is None else whole("num_new", num_new, 1, len(tokens) - cached)
         if max_new is not None:
