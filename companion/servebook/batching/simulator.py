@@ -278,7 +278,7 @@ class _Server:
             else:   # members emit their last token: they leave, done, and are freed, as step() and finish() do it
                 self.n_steps, self.clock, cohort.context = step, clock, context
                 finished = self._finish_members()
-                held = pool.tokens_in_use + self.unwritten + cohort.context - cohort.written
+                held = self.tokens_held()
                 self.any_done = finished > 0
                 left = left or self.any_done
                 self.finish()
@@ -288,6 +288,12 @@ class _Server:
             step += 1
         self.n_steps, self.clock, cohort.context = step, clock, context
         return left
+
+    def tokens_held(self) -> int:
+        """The tokens the KV cache holds now: the allocator's, the cohort's not yet passed to it, and those
+        of this step's finished members that were never passed (they count until the frees)."""
+        held = self.kv.tokens_stored + self.unwritten
+        return held if self.cohort is None else held + self.cohort.pending_writes
 
     def head_waits(self, left: int) -> bool:
         """Whether :meth:`admit` would refuse the head of the queue now, with ``left`` tokens of budget.
@@ -607,8 +613,7 @@ def _run(server: _Server) -> list[tuple]:
             continue  # the server was idle until the next arrival
         preempted, admitted, cached, n_scheduled = schedule()
         dt, prefill, decode, finished = step()
-        # What the step held, before any frees; the cohort's tokens not yet passed to the allocator count.
-        stored = kv.tokens_stored + server.unwritten + (cohort.pending_writes if cohort is not None else 0)
+        stored = server.tokens_held()   # before any frees
         reserved = kv.slots_reserved
         finish()
         free = kv.pool.num_available if paged else kv.regions_free
