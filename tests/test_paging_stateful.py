@@ -81,8 +81,15 @@ class AllocatorMachine(RuleBasedStateMachine):
 
     def _allocate(self, prompt):
         seq_id = self._new_id()
-        able = self.kv.can_allocate(prompt)
         before = snapshot(self.kv)
+        if len(prompt) > NUM_BLOCKS * BLOCK_SIZE:   # a prefix of a sequence grown by appends and extends
+            event("prompt longer than the pool")
+            for ask in (self.kv.can_allocate, lambda p: self.kv.allocate(seq_id, p)):
+                with pytest.raises(ValueError, match="the pool has only"):
+                    ask(prompt)
+            assert snapshot(self.kv) == before
+            return seq_id
+        able = self.kv.can_allocate(prompt)
         if able:
             cached = self.kv.allocate(seq_id, prompt)
             event("prefix hit" if cached else "prefix miss")
